@@ -1,0 +1,1 @@
+"""The wire contract: Avro schemas, the topic catalogue, the partitioner and the codec."""

@@ -1,0 +1,1 @@
+"""The Python SDK: workflow and activity API, deterministic runtime, worker, client, replayer."""

@@ -1,0 +1,245 @@
+"""The `ostinato` command line (DESIGN.md §9): readable tables by default, `--output json` for scripts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ostinato.infra import defaults
+from ostinato.infra.errors import InfraError
+from ostinato.infra.kafka import KafkaCluster, fetch
+from ostinato.schemas.topics import DEFAULT_PREFIX
+from ostinato.services.cluster import ClusterError, cluster_status, init_cluster
+from ostinato.services.kafka_clients import KafkaUnavailable
+from ostinato.services.server import DEFAULT_API_PORT, DEFAULT_HOST
+
+# soft_wrap: long lines (errors, topic lists) stay whole for copy-paste and grep instead of folding at 80 columns.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+app = typer.Typer(help="Ostinato: durable workflows on Apache Kafka.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+cluster_app = typer.Typer(help="Create and inspect an Ostinato cluster on Kafka.", no_args_is_help=True)
+dev_app = typer.Typer(help="A local broker, cluster and server for development.")
+infra_app = typer.Typer(help="Local servers started from Maven Central jars (no Docker).", no_args_is_help=True)
+kafka_app = typer.Typer(help="A local Apache Kafka (KRaft) cluster.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(dev_app, name="dev")
+app.add_typer(infra_app, name="infra")
+infra_app.add_typer(kafka_app, name="kafka")
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+KafkaOpt = Annotated[str, typer.Option("--kafka", envvar="OSTINATO_KAFKA", help="Kafka bootstrap servers.")]
+PrefixOpt = Annotated[str, typer.Option("--prefix", envvar="OSTINATO_TOPIC_PREFIX", help="Topic prefix.")]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json.")]
+DEFAULT_BOOTSTRAP = f"127.0.0.1:{defaults.KAFKA_PORT}"
+
+
+def _say(message: str) -> None:
+    err_console.print(f"[dim]·[/dim] {message}", highlight=False)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+# -- cluster ---------------------------------------------------------------------------------------------------
+
+
+@cluster_app.command("init")
+def cluster_init(
+    shards: Annotated[int | None, typer.Option(help="Number of shards (fixed for the cluster's life).")] = None,
+    replication_factor: Annotated[int | None, typer.Option(help="Default: min(3, brokers).")] = None,
+    reply_partitions: Annotated[int | None, typer.Option(help="Partitions of the replies topic.")] = None,
+    kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """Create every topic and record the cluster settings. Safe to repeat; the shard count cannot change."""
+    result = init_cluster(kafka, prefix, shards, replication_factor, reply_partitions)
+    if output is Output.JSON:
+        _print_json(dataclasses.asdict(result))
+        return
+    s = result.settings
+    console.print(f"Cluster [bold]{prefix}[/bold] at {kafka}: {s.shards} shards, replication {s.replication_factor}")
+    for label, names in (("created", result.created), ("reconfigured", result.reconfigured),
+                         ("unchanged", result.unchanged)):
+        if names:
+            console.print(f"  {label}: {', '.join(names)}")
+    console.print("  settings recorded" if result.recorded else "  settings already recorded")
+
+
+@cluster_app.command("status")
+def cluster_status_cmd(kafka: KafkaOpt = DEFAULT_BOOTSTRAP, prefix: PrefixOpt = DEFAULT_PREFIX,
+                       output: OutputOpt = Output.TABLE) -> None:
+    """Brokers, shard count and topics of the cluster."""
+    status = cluster_status(kafka, prefix)
+    if output is Output.JSON:
+        _print_json(dataclasses.asdict(status))
+        return
+    s = status.settings
+    console.print(f"Kafka {status.bootstrap} (cluster id {status.cluster_id})")
+    console.print(f"Ostinato cluster [bold]{prefix}[/bold]: " + (
+        f"{s.shards} shards, replication {s.replication_factor}" if s else "[yellow]not initialised[/yellow]"))
+    brokers = Table("broker", "address", "role", title="Brokers", title_justify="left")
+    for b in status.brokers:
+        brokers.add_row(str(b.node_id), f"{b.host}:{b.port}", "controller" if b.controller else "")
+    console.print(brokers)
+    topics = Table(title="Topics", title_justify="left")
+    topics.add_column("topic", no_wrap=True)
+    for heading in ("partitions", "RF", "cleanup", "retention", "min ISR", "URP"):
+        topics.add_column(heading, justify="right")
+    for t in status.topics:
+        retention = t.configs.get("retention.ms", "")
+        topics.add_row(t.name, str(t.partitions), str(t.replication_factor), t.configs.get("cleanup.policy", ""),
+                       _human_ms(retention) if t.configs.get("cleanup.policy") == "delete" else "",
+                       t.configs.get("min.insync.replicas", ""), str(t.under_replicated or ""))
+    console.print(topics)
+
+
+def _human_ms(value: str) -> str:
+    try:
+        ms = int(value)
+    except ValueError:
+        return value
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+# -- server and dev --------------------------------------------------------------------------------------------
+
+
+@app.command()
+def server(
+    kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    host: Annotated[str, typer.Option(envvar="OSTINATO_HOST")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(envvar="OSTINATO_PORT")] = DEFAULT_API_PORT,
+    shards: Annotated[int | None, typer.Option(help="Refuse to start unless the cluster has this many.")] = None,
+) -> None:
+    """Run the Ostinato server (HTTP API) against an initialised cluster."""
+    from ostinato.services.server import load_context, serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(load_context(kafka, prefix, shards), host, port)
+
+
+HomeOpt = Annotated[Path | None, typer.Option("--home", help="Dev state directory (default ~/.ostinato/dev).")]
+
+
+@dev_app.callback(invoke_without_command=True)
+def dev(
+    ctx: typer.Context,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once everything is ready.")] = False,
+    shards: Annotated[int, typer.Option(help="Shards of the dev cluster.")] = 4,
+    port: Annotated[int, typer.Option(envvar="OSTINATO_PORT", help="API port.")] = DEFAULT_API_PORT,
+    kafka_port: Annotated[int, typer.Option(help="Port of the local broker.")] = defaults.KAFKA_PORT,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    home: HomeOpt = None,
+) -> None:
+    """Start a local Kafka (or use OSTINATO_KAFKA), initialise the cluster and run the server on port 7243."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import os
+
+    from ostinato.services.dev import DevOptions, dev_home, run_detached, run_foreground
+
+    opts = DevOptions(home=home or dev_home(), shards=shards, port=port, kafka_port=kafka_port, prefix=prefix,
+                      external_kafka=os.environ.get("OSTINATO_KAFKA") or None)
+    if not detach:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        run_foreground(opts, _say)
+        return
+    running = run_detached(opts, _say)
+    console.print(f"[green]Ostinato dev is running[/green] in {running.seconds:.1f}s: API {running.api}, "
+                  f"Kafka {running.bootstrap}, {running.shards} shards. Stop it with [bold]ostinato dev stop[/bold].")
+
+
+@dev_app.command("stop")
+def dev_stop(
+    wipe: Annotated[bool, typer.Option("--wipe", help="Also delete the local broker's data.")] = False,
+    home: HomeOpt = None,
+) -> None:
+    """Stop everything `ostinato dev` started."""
+    from ostinato.services.dev import dev_home, stop
+
+    stop(home or dev_home(), wipe, _say)
+
+
+# -- infra -----------------------------------------------------------------------------------------------------
+
+KafkaHomeOpt = Annotated[Path, typer.Option("--home", help="Cluster directory (data, logs, pid files).")]
+_DEFAULT_KAFKA_HOME = defaults.home_dir() / "kafka"
+
+
+@kafka_app.command("fetch")
+def kafka_fetch(version: Annotated[str | None, typer.Option(help="Kafka version.")] = None) -> None:
+    """Download Kafka's jars into the cache (done automatically by start)."""
+    console.print(str(fetch(version)))
+
+
+@kafka_app.command("start")
+def kafka_start(
+    home: KafkaHomeOpt = _DEFAULT_KAFKA_HOME,
+    nodes: Annotated[int, typer.Option(help="1 for development, 3 for fault tests.")] = 1,
+    port: Annotated[int, typer.Option(help="Port of node 1 (node i uses port+i-1).")] = defaults.KAFKA_PORT,
+) -> None:
+    """Start a local KRaft cluster and wait until every broker answers."""
+    started = time.monotonic()
+    cluster = KafkaCluster(home, nodes=nodes, port=port).start()
+    console.print(f"Kafka ready on {cluster.bootstrap} in {time.monotonic() - started:.1f}s (home {home})")
+
+
+@kafka_app.command("stop")
+def kafka_stop(home: KafkaHomeOpt = _DEFAULT_KAFKA_HOME) -> None:
+    """Stop the local cluster under --home."""
+    cluster = KafkaCluster.existing(home)
+    stopped = cluster.stop() if cluster else []
+    console.print(f"Stopped node(s) {', '.join(map(str, stopped))}" if stopped else "Nothing was running")
+
+
+@kafka_app.command("status")
+def kafka_status(home: KafkaHomeOpt = _DEFAULT_KAFKA_HOME, output: OutputOpt = Output.TABLE) -> None:
+    """Nodes of the local cluster under --home and whether they run."""
+    cluster = KafkaCluster.existing(home)
+    rows = cluster.status() if cluster else []
+    if output is Output.JSON:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print(f"No cluster under {home}")
+        return
+    table = Table("node", "port", "controller port", "pid", "log")
+    for r in rows:
+        table.add_row(str(r["node_id"]), str(r["port"]), str(r["controller_port"]),
+                      str(r["pid"]) if r["pid"] else "[red]stopped[/red]", str(r["log"]))
+    console.print(table)
+
+
+def main() -> None:
+    """Entry point: expected failures print one clear line, never a stack trace."""
+    try:
+        app()
+    except (InfraError, ClusterError, KafkaUnavailable) as exc:
+        err_console.print("[bold red]error:[/bold red]", Text(str(exc)), highlight=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,148 @@
+"""`ostinato dev`: a local broker, an initialised cluster and the server, from one command.
+
+Everything `--detach` leaves running is recorded under the dev home (`~/.ostinato/dev` by default), so
+`ostinato dev stop` can find and stop it from any terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ostinato.infra import defaults, process
+from ostinato.infra.errors import InfraError
+from ostinato.infra.kafka import KafkaCluster
+from ostinato.services.cluster import ClusterError, init_cluster
+from ostinato.services.server import DEFAULT_API_PORT, DEFAULT_HOST, load_context, serve
+
+DEFAULT_DEV_SHARDS = 4
+SERVER_MARKER = "ostinato"
+
+
+@dataclass(frozen=True)
+class DevOptions:
+    home: Path
+    shards: int = DEFAULT_DEV_SHARDS
+    port: int = DEFAULT_API_PORT
+    kafka_port: int = defaults.KAFKA_PORT
+    prefix: str = "ostinato"
+    external_kafka: str | None = None  # OSTINATO_KAFKA: use that broker instead of starting one
+
+
+@dataclass(frozen=True)
+class DevRunning:
+    api: str
+    bootstrap: str
+    shards: int
+    kafka_started: bool
+    seconds: float
+
+
+def dev_home(base: Path | None = None) -> Path:
+    return (base or defaults.home_dir()) / "dev"
+
+
+def _kafka(opts: DevOptions) -> KafkaCluster:
+    return KafkaCluster(opts.home / "kafka", nodes=1, port=opts.kafka_port)
+
+
+def _prepare(opts: DevOptions, say: Callable[[str], None]) -> tuple[str, bool]:
+    """Start (or reuse) the broker and initialise the cluster. Returns the bootstrap and whether we started it."""
+    if opts.external_kafka:
+        bootstrap, started = opts.external_kafka, False
+        say(f"Using Kafka at {bootstrap} (OSTINATO_KAFKA)")
+    else:
+        cluster = _kafka(opts)
+        started = not cluster.running()
+        t0 = time.monotonic()
+        if started:
+            say(f"Starting Kafka on {cluster.bootstrap} (data in {cluster.home})")
+            cluster.start()
+            say(f"Kafka ready in {time.monotonic() - t0:.1f}s")
+        else:
+            say(f"Kafka already running on {cluster.bootstrap}")
+        bootstrap = cluster.bootstrap
+    try:
+        result = init_cluster(bootstrap, opts.prefix, opts.shards)
+    except ClusterError as exc:
+        raise ClusterError(f"{exc}\n(`ostinato dev stop --wipe` discards the local dev cluster)") from None
+    made = f", created {len(result.created)} topics" if result.created else ""
+    say(f"Cluster '{opts.prefix}' has {result.settings.shards} shards{made}")
+    return bootstrap, started
+
+
+def run_foreground(opts: DevOptions, say: Callable[[str], None]) -> None:
+    """Run the server in this process until Ctrl-C, then stop the broker if this command started it."""
+    opts.home.mkdir(parents=True, exist_ok=True)
+    process.check_port_free(opts.port, what="the Ostinato API")
+    bootstrap, started = _prepare(opts, say)
+    pid_file = opts.home / "server.pid"
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        say(f"Ostinato API on http://{DEFAULT_HOST}:{opts.port}  (Ctrl-C stops everything)")
+        serve(load_context(bootstrap, opts.prefix, opts.shards), DEFAULT_HOST, opts.port)
+    finally:
+        pid_file.unlink(missing_ok=True)
+        if started:
+            say("Stopping Kafka")
+            _kafka(opts).stop()
+
+
+def run_detached(opts: DevOptions, say: Callable[[str], None], timeout: float = 90.0) -> DevRunning:
+    """Start everything in the background and return once the API answers."""
+    t0 = time.monotonic()
+    opts.home.mkdir(parents=True, exist_ok=True)
+    pid_file = opts.home / "server.pid"
+    if process.read_pid(pid_file, SERVER_MARKER) is None:
+        process.check_port_free(opts.port, what="the Ostinato API")
+    bootstrap, started = _prepare(opts, say)
+    if (pid := process.read_pid(pid_file, SERVER_MARKER)) is not None:
+        say(f"Server already running (pid {pid})")
+    else:
+        argv = [sys.executable, "-m", "ostinato", "server", "--kafka", bootstrap, "--prefix", opts.prefix,
+                "--port", str(opts.port), "--shards", str(opts.shards)]
+        log = opts.home / "server.log"
+        proc = process.spawn(argv, log, pid_file)
+        _wait_for_api(opts.port, proc.pid, log, timeout)
+    return DevRunning(f"http://{DEFAULT_HOST}:{opts.port}", bootstrap, opts.shards, started, time.monotonic() - t0)
+
+
+def _wait_for_api(port: int, pid: int, log: Path, timeout: float) -> None:
+    url = f"http://{DEFAULT_HOST}:{port}/api/v1/cluster"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.pid_alive(pid):
+            raise InfraError(f"the Ostinato server exited during start-up. Last lines of {log}:\n{process.tail(log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                json.load(resp)
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            time.sleep(0.1)
+    raise InfraError(f"the Ostinato server did not answer on {url} within {timeout:.0f}s; see {log}")
+
+
+def stop(home: Path, wipe: bool, say: Callable[[str], None]) -> None:
+    """Stop the server and the local broker recorded under `home`; optionally delete their data."""
+    pid_file = home / "server.pid"
+    if (pid := process.read_pid(pid_file, SERVER_MARKER)) is not None:
+        process.terminate(pid, SERVER_MARKER)
+        say(f"Stopped the Ostinato server (pid {pid})")
+    pid_file.unlink(missing_ok=True)
+    cluster = KafkaCluster.existing(home / "kafka")
+    if cluster is not None:
+        stopped = cluster.stop()
+        if stopped:
+            say(f"Stopped Kafka node(s) {', '.join(map(str, stopped))}")
+        if wipe:
+            cluster.wipe()
+            say(f"Deleted {cluster.home}")
+    if pid is None and (cluster is None or not stopped):
+        say("Nothing was running")

@@ -1,0 +1,3 @@
+"""Ostinato: durable workflows on Apache Kafka."""
+
+__version__ = "0.1.0"
