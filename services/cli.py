@@ -48,6 +48,7 @@ class Output(StrEnum):
 KafkaOpt = Annotated[str, typer.Option("--kafka", envvar="OSTINATO_KAFKA", help="Kafka bootstrap servers.")]
 PrefixOpt = Annotated[str, typer.Option("--prefix", envvar="OSTINATO_TOPIC_PREFIX", help="Topic prefix.")]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for Kafka.")]
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{defaults.KAFKA_PORT}"
 
 
@@ -70,9 +71,10 @@ def cluster_init(
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     output: OutputOpt = Output.TABLE,
+    timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Create every topic and record the cluster settings. Safe to repeat; the shard count cannot change."""
-    result = init_cluster(kafka, prefix, shards, replication_factor, reply_partitions)
+    result = init_cluster(kafka, prefix, shards, replication_factor, reply_partitions, timeout=timeout)
     if output is Output.JSON:
         _print_json(dataclasses.asdict(result))
         return
@@ -87,9 +89,9 @@ def cluster_init(
 
 @cluster_app.command("status")
 def cluster_status_cmd(kafka: KafkaOpt = DEFAULT_BOOTSTRAP, prefix: PrefixOpt = DEFAULT_PREFIX,
-                       output: OutputOpt = Output.TABLE) -> None:
+                       output: OutputOpt = Output.TABLE, timeout: TimeoutOpt = 15.0) -> None:
     """Brokers, shard count and topics of the cluster."""
-    status = cluster_status(kafka, prefix)
+    status = cluster_status(kafka, prefix, timeout=timeout)
     if output is Output.JSON:
         _print_json(dataclasses.asdict(status))
         return
@@ -149,7 +151,7 @@ HomeOpt = Annotated[Path | None, typer.Option("--home", help="Dev state director
 def dev(
     ctx: typer.Context,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Return once everything is ready.")] = False,
-    shards: Annotated[int, typer.Option(help="Shards of the dev cluster.")] = 4,
+    shards: Annotated[int | None, typer.Option(help="Shards of a new dev cluster (default 4).")] = None,
     port: Annotated[int, typer.Option(envvar="OSTINATO_PORT", help="API port.")] = DEFAULT_API_PORT,
     kafka_port: Annotated[int, typer.Option(help="Port of the local broker.")] = defaults.KAFKA_PORT,
     prefix: PrefixOpt = DEFAULT_PREFIX,

@@ -6,6 +6,7 @@ import getpass
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -140,21 +141,7 @@ def init_cluster(
 
 
 def _ensure_topics(admin: AdminClient, specs: list[TopicSpec], rf: int, result: InitResult, timeout: float) -> None:
-    present = admin.list_topics(timeout=timeout).topics
-    missing = [s for s in specs if s.name not in present]
-    if missing:
-        futures = admin.create_topics(
-            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=rf, config=s.configs) for s in missing],
-            request_timeout=timeout,
-        )
-        for name, future in futures.items():
-            try:
-                future.result()
-                result.created.append(name)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: verified below
-                    raise ClusterError(f"could not create topic {name}: {exc.args[0].str()}") from None
-    present = admin.list_topics(timeout=timeout).topics
+    present = _create_missing(admin, specs, rf, result, timeout)
     for spec in specs:
         partitions = len(present[spec.name].partitions)
         if partitions != spec.partitions:
@@ -179,6 +166,37 @@ def _ensure_topics(admin: AdminClient, specs: list[TopicSpec], rf: int, result: 
             result.reconfigured.append(spec.name)
         else:
             result.unchanged.append(spec.name)
+
+
+def _create_missing(
+    admin: AdminClient, specs: list[TopicSpec], rf: int, result: InitResult, timeout: float
+) -> dict[str, Any]:
+    """Create absent topics until metadata shows them all; returns that metadata.
+
+    A topic still being deleted answers "already exists" yet is about to vanish, so creation is retried
+    until the topic is really there rather than trusting one answer.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        present = admin.list_topics(timeout=timeout).topics
+        missing = [s for s in specs if s.name not in present]
+        if not missing:
+            return present
+        if time.monotonic() > deadline:
+            raise ClusterError(f"topics {', '.join(s.name for s in missing)} did not appear within {timeout:.0f}s")
+        futures = admin.create_topics(
+            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=rf, config=s.configs) for s in missing],
+            request_timeout=timeout,
+        )
+        for name, future in futures.items():
+            try:
+                future.result()
+                result.created.append(name)
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code not in (KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.REQUEST_TIMED_OUT):
+                    raise ClusterError(f"could not create topic {name}: {exc.args[0].str()}") from None
+        time.sleep(0.2)
 
 
 def _topic_configs(admin: AdminClient, topic: str, timeout: float) -> dict[str, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ostinato.infra import defaults, process
 from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.cluster import ClusterError, init_cluster
+from ostinato.services.cluster import ClusterError, init_cluster, read_settings
 from ostinato.services.server import DEFAULT_API_PORT, DEFAULT_HOST, load_context, serve
 
 DEFAULT_DEV_SHARDS = 4
@@ -29,7 +29,7 @@ SERVER_MARKER = "ostinato"
 @dataclass(frozen=True)
 class DevOptions:
     home: Path
-    shards: int = DEFAULT_DEV_SHARDS
+    shards: int | None = None  # None: what the cluster already has, else DEFAULT_DEV_SHARDS
     port: int = DEFAULT_API_PORT
     kafka_port: int = defaults.KAFKA_PORT
     prefix: str = "ostinato"
@@ -53,8 +53,11 @@ def _kafka(opts: DevOptions) -> KafkaCluster:
     return KafkaCluster(opts.home / "kafka", nodes=1, port=opts.kafka_port)
 
 
-def _prepare(opts: DevOptions, say: Callable[[str], None]) -> tuple[str, bool]:
-    """Start (or reuse) the broker and initialise the cluster. Returns the bootstrap and whether we started it."""
+def _prepare(opts: DevOptions, say: Callable[[str], None]) -> tuple[str, bool, int]:
+    """Start (or reuse) the broker and initialise the cluster.
+
+    Returns the bootstrap, whether this call started the broker, and the cluster's shard count.
+    """
     if opts.external_kafka:
         bootstrap, started = opts.external_kafka, False
         say(f"Using Kafka at {bootstrap} (OSTINATO_KAFKA)")
@@ -69,25 +72,29 @@ def _prepare(opts: DevOptions, say: Callable[[str], None]) -> tuple[str, bool]:
         else:
             say(f"Kafka already running on {cluster.bootstrap}")
         bootstrap = cluster.bootstrap
+    shards = opts.shards
+    if shards is None:
+        existing = read_settings(bootstrap, opts.prefix)
+        shards = existing.shards if existing else DEFAULT_DEV_SHARDS
     try:
-        result = init_cluster(bootstrap, opts.prefix, opts.shards)
+        result = init_cluster(bootstrap, opts.prefix, shards)
     except ClusterError as exc:
         raise ClusterError(f"{exc}\n(`ostinato dev stop --wipe` discards the local dev cluster)") from None
     made = f", created {len(result.created)} topics" if result.created else ""
     say(f"Cluster '{opts.prefix}' has {result.settings.shards} shards{made}")
-    return bootstrap, started
+    return bootstrap, started, result.settings.shards
 
 
 def run_foreground(opts: DevOptions, say: Callable[[str], None]) -> None:
     """Run the server in this process until Ctrl-C, then stop the broker if this command started it."""
     opts.home.mkdir(parents=True, exist_ok=True)
     process.check_port_free(opts.port, what="the Ostinato API")
-    bootstrap, started = _prepare(opts, say)
+    bootstrap, started, shards = _prepare(opts, say)
     pid_file = opts.home / "server.pid"
     pid_file.write_text(f"{os.getpid()}\n")
     try:
         say(f"Ostinato API on http://{DEFAULT_HOST}:{opts.port}  (Ctrl-C stops everything)")
-        serve(load_context(bootstrap, opts.prefix, opts.shards), DEFAULT_HOST, opts.port)
+        serve(load_context(bootstrap, opts.prefix, shards), DEFAULT_HOST, opts.port)
     finally:
         pid_file.unlink(missing_ok=True)
         if started:
@@ -102,16 +109,16 @@ def run_detached(opts: DevOptions, say: Callable[[str], None], timeout: float = 
     pid_file = opts.home / "server.pid"
     if process.read_pid(pid_file, SERVER_MARKER) is None:
         process.check_port_free(opts.port, what="the Ostinato API")
-    bootstrap, started = _prepare(opts, say)
+    bootstrap, started, shards = _prepare(opts, say)
     if (pid := process.read_pid(pid_file, SERVER_MARKER)) is not None:
         say(f"Server already running (pid {pid})")
     else:
         argv = [sys.executable, "-m", "ostinato", "server", "--kafka", bootstrap, "--prefix", opts.prefix,
-                "--port", str(opts.port), "--shards", str(opts.shards)]
+                "--port", str(opts.port), "--shards", str(shards)]
         log = opts.home / "server.log"
         proc = process.spawn(argv, log, pid_file)
         _wait_for_api(opts.port, proc.pid, log, timeout)
-    return DevRunning(f"http://{DEFAULT_HOST}:{opts.port}", bootstrap, opts.shards, started, time.monotonic() - t0)
+    return DevRunning(f"http://{DEFAULT_HOST}:{opts.port}", bootstrap, shards, started, time.monotonic() - t0)
 
 
 def _wait_for_api(port: int, pid: int, log: Path, timeout: float) -> None:

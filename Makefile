@@ -1,0 +1,37 @@
+# The two commands of the README, and the steps they are made of.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint install kafka-fetch clean
+
+## demo: a local Kafka, the Ostinato cluster and server on http://127.0.0.1:7243 (Ctrl-C stops it all)
+demo: $(STAMP)
+	$(VENV)/bin/ostinato dev
+
+## test: lint, layering contract, then every test tier against real brokers the tests start themselves
+test: lint kafka-fetch
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; that is a failure, not a pass" >&2; exit 1; fi; \
+	exit $$rc
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	VENV=$(VENV) .ci/check-layers
+
+kafka-fetch: $(STAMP)
+	$(VENV)/bin/ostinato infra kafka fetch >/dev/null
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	@command -v python3 >/dev/null || { echo "error: python3 (3.11+) is needed" >&2; exit 1; }
+	python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ is needed" >&2; exit 1; }
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
