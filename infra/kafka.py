@@ -306,6 +306,7 @@ class KafkaCluster:
         for node_id, pid in pids.items():
             if not process.wait_dead(pid, max(0.1, deadline - time.monotonic())):
                 process.terminate(pid, self._marker(node_id), timeout=0.1)
+            process.wait_reaped(pid)
             (self.node_dir(node_id) / "pid").unlink(missing_ok=True)
         return sorted(pids)
 

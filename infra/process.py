@@ -101,6 +101,7 @@ def terminate(pid: int, marker: str, timeout: float = 30.0) -> bool:
     if not wait_dead(pid, timeout):
         signal_group(pid, signal.SIGKILL)
         wait_dead(pid, 10.0)
+    wait_reaped(pid)
     return True
 
 
@@ -108,6 +109,19 @@ def kill(pid: int) -> None:
     """SIGKILL, as a crash would: no clean shutdown."""
     signal_group(pid, signal.SIGKILL)
     wait_dead(pid, 10.0)
+
+
+def wait_reaped(pid: int, timeout: float = 5.0) -> None:
+    """Wait until a dead process has left the process table.
+
+    A detached child is re-parented to init, which reaps it a moment later; until then `ps` still lists it
+    as `<defunct>`. Waiting here means "stopped" really leaves nothing behind when the command returns.
+    """
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
 
 
 def wait_dead(pid: int, timeout: float) -> bool:

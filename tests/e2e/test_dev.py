@@ -47,7 +47,8 @@ def test_dev_detach_starts_everything_and_stop_leaves_nothing(tmp_path: Path) ->
         kafka = KafkaCluster.existing(tmp_path / "dev" / "kafka")
         assert kafka is not None and kafka.running()
         server_pid = int((tmp_path / "dev" / "server.pid").read_text())
-        assert pid_alive(server_pid)
+        broker_pid = kafka.pid(1)
+        assert pid_alive(server_pid) and broker_pid is not None
 
         again = run_cli("dev", "--detach", "--kafka-port", str(kafka_port), "--port", str(api_port), env=env)
         assert again.returncode == 0, again.stderr
@@ -56,7 +57,9 @@ def test_dev_detach_starts_everything_and_stop_leaves_nothing(tmp_path: Path) ->
         down = run_cli("dev", "stop", env=env)
     assert down.returncode == 0, down.stderr
     assert "Stopped the Ostinato server" in down.stderr and "Stopped Kafka" in down.stderr
-    assert not pid_alive(server_pid)
+    # Not even a <defunct> entry: stop returns once the processes have left the process table.
+    assert not Path(f"/proc/{server_pid}").exists()
+    assert not Path(f"/proc/{broker_pid}").exists()
     assert _processes_mentioning(str(tmp_path)) == []
     assert controller_port  # reserved so the broker's controller port (kafka_port + 1) is less likely taken
 
