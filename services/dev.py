@@ -144,12 +144,11 @@ def stop(home: Path, wipe: bool, say: Callable[[str], None]) -> None:
         say(f"Stopped the Ostinato server (pid {pid})")
     pid_file.unlink(missing_ok=True)
     cluster = KafkaCluster.existing(home / "kafka")
-    if cluster is not None:
-        stopped = cluster.stop()
-        if stopped:
-            say(f"Stopped Kafka node(s) {', '.join(map(str, stopped))}")
-        if wipe:
-            cluster.wipe()
-            say(f"Deleted {cluster.home}")
-    if pid is None and (cluster is None or not stopped):
+    stopped = cluster.stop() if cluster is not None else []
+    if stopped:
+        say(f"Stopped Kafka node(s) {', '.join(map(str, stopped))}")
+    if wipe and cluster is not None:
+        cluster.wipe()
+        say(f"Deleted {cluster.home}")
+    if pid is None and not stopped:
         say("Nothing was running")
