@@ -1,15 +1,13 @@
-"""The cluster settings record kept in `<prefix>.cluster` under the key `settings`.
-
-Encoded as JSON until the wire-contract issue gives every record an Avro schema; readers must accept
-unknown fields so that change stays compatible.
-"""
+"""The cluster settings record kept in `<prefix>.cluster` under the key `settings` (Avro, see avro/cluster.avsc)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+
+from ostinato.schemas import codec
 
 SETTINGS_KEY = "settings"
+SETTINGS_TYPE = "ostinato.cluster.ClusterSettings"
 
 
 @dataclass(frozen=True)
@@ -24,10 +22,11 @@ class ClusterSettings:
     created_by: str
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        return codec.encode(SETTINGS_TYPE, asdict(self))
 
     @classmethod
     def decode(cls, data: bytes) -> ClusterSettings:
-        raw = json.loads(data)
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        name, record = codec.decode(data)
+        if name != SETTINGS_TYPE:
+            raise codec.DecodeError(f"expected {SETTINGS_TYPE} under the settings key, found {name}")
+        return cls(**record)

@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from ostinato.schemas import codec
 from ostinato.schemas.cluster import SETTINGS_KEY, ClusterSettings
 from ostinato.schemas.topics import DEFAULT_REPLY_PARTITIONS, Topic, TopicSpec, catalogue, topic_name
 from ostinato.services.kafka_clients import admin_client, idempotent_producer, reader, wait_for_brokers
@@ -134,6 +135,7 @@ def init_cluster(
     specs = catalogue(prefix, settings.shards, settings.replication_factor, settings.reply_partitions)
     result = InitResult(settings=settings)
     _ensure_topics(admin, specs, settings.replication_factor, result, timeout)
+    _publish_schemas(bootstrap, prefix, timeout)
     if existing is None:
         _write_settings(bootstrap, prefix, settings, timeout)
         result.recorded = True
@@ -206,16 +208,29 @@ def _topic_configs(admin: AdminClient, topic: str, timeout: float) -> dict[str, 
 
 
 def _write_settings(bootstrap: str, prefix: str, settings: ClusterSettings, timeout: float) -> None:
+    _produce_all(bootstrap, topic_name(prefix, Topic.CLUSTER), [(SETTINGS_KEY.encode(), settings.encode())], timeout)
+
+
+def _publish_schemas(bootstrap: str, prefix: str, timeout: float) -> None:
+    """Every shipped schema, keyed by the fingerprint records carry, so a consumer with only Kafka can decode.
+
+    The value is the schema's Parsing Canonical Form: complete (named types inlined) and enough to read
+    records written with it. Re-publishing is harmless: the topic is compacted by fingerprint.
+    """
+    records = [(info.fingerprint.hex().encode(), info.canonical.encode()) for info in codec.registry().schemas]
+    _produce_all(bootstrap, topic_name(prefix, Topic.SCHEMAS), records, timeout)
+
+
+def _produce_all(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], timeout: float) -> None:
     producer = idempotent_producer(bootstrap, "ostinato-admin")
     errors: list[KafkaError] = []
-    producer.produce(
-        topic_name(prefix, Topic.CLUSTER), key=SETTINGS_KEY.encode(), value=settings.encode(),
-        on_delivery=lambda err, _msg: errors.append(err) if err else None,
-    )
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, partition=0,
+                         on_delivery=lambda err, _msg: errors.append(err) if err else None)
     remaining = producer.flush(timeout)
     if remaining or errors:
         detail = errors[0].str() if errors else "not acknowledged in time"
-        raise ClusterError(f"could not record cluster settings in {topic_name(prefix, Topic.CLUSTER)}: {detail}")
+        raise ClusterError(f"could not write to {topic}: {detail}")
 
 
 def cluster_status(bootstrap: str, prefix: str, timeout: float = 15.0) -> ClusterStatus:

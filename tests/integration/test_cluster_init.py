@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
@@ -103,3 +105,38 @@ def test_status_shows_brokers_shards_and_topics(kafka: KafkaCluster, topic_prefi
     assert cli.returncode == 0, cli.stderr
     assert "2 shards" in cli.stdout
     assert topic_name(topic_prefix, Topic.HISTORY) in cli.stdout
+
+
+def _read_topic(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while (msg := consumer.poll(10)) is not None:
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF
+                return out
+            out.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    raise AssertionError(f"no end of {topic} seen")
+
+
+def test_a_consumer_with_only_kafka_decodes_the_settings(kafka: KafkaCluster, topic_prefix: str) -> None:
+    """Schemas published by init suffice: no Ostinato code is used to decode below."""
+    import io
+
+    from fastavro import parse_schema, schemaless_reader
+    from fastavro.schema import fingerprint
+
+    init_cluster(kafka.bootstrap, topic_prefix, shards=2)
+    schemas = {key.decode(): value.decode() for key, value in _read_topic(kafka.bootstrap, f"{topic_prefix}.schemas")}
+    for fp, canonical in schemas.items():
+        assert fingerprint(canonical, "CRC-64-AVRO") == fp
+    ((key, value),) = _read_topic(kafka.bootstrap, f"{topic_prefix}.cluster")
+    assert key == b"settings" and value[:2] == b"\xc3\x01"
+    writer = parse_schema(json.loads(schemas[value[2:10].hex()]))
+    record = schemaless_reader(io.BytesIO(value[10:]), writer, None)
+    assert (record["topic_prefix"], record["shards"]) == (topic_prefix, 2)

@@ -1,0 +1,207 @@
+"""Avro single-object encoding of every record Ostinato writes: `C3 01`, CRC-64-AVRO fingerprint, body.
+
+Any reader with the schemas (shipped in `schemas/avro/`, published in `<prefix>.schemas`) can decode any
+record without the SDK. Records written with an older schema decode into today's shape by Avro resolution once
+the older schema is known to the registry (`add_writer_schema`).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = 10
+# Load order matters: a file may refer to named types defined in the files before it.
+SCHEMA_FILES = ("common.avsc", "cluster.avsc")
+
+_EMPTY64 = 0xC15D213AA4D7A795
+
+
+def _rabin_table() -> list[int]:
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
+        table.append(fp)
+    return table
+
+
+_TABLE = _rabin_table()
+
+
+def crc64_avro(data: bytes) -> int:
+    """The 64-bit Rabin fingerprint of the Avro specification ("CRC-64-AVRO")."""
+    fp = _EMPTY64
+    for byte in data:
+        fp = (fp >> 8) ^ _TABLE[(fp ^ byte) & 0xFF]
+    return fp
+
+
+def fingerprint(canonical: str) -> bytes:
+    """The 8 header bytes for a schema: its CRC-64-AVRO in little-endian order, as the spec lays them out."""
+    return crc64_avro(canonical.encode()).to_bytes(8, "little")
+
+
+def canonical_form(schema: Any, named: dict[str, Any], namespace: str = "", seen: set[str] | None = None) -> str:
+    """Avro's Parsing Canonical Form, with named types defined at first use and referenced by name after.
+
+    fastavro's own function cannot inline types that live in other files, and its `expand` mode repeats a
+    definition at every use, which is not canonical: fingerprints would differ from Java's.
+    """
+    seen = set() if seen is None else seen
+
+    def full(name: str, ns: str) -> str:
+        return name if "." in name or not ns else f"{ns}.{name}"
+
+    def walk(s: Any, ns: str) -> str:
+        if isinstance(s, list):
+            return "[" + ",".join(walk(b, ns) for b in s) + "]"
+        if isinstance(s, str):
+            if s in _PRIMITIVES:
+                return json.dumps(s)
+            name = full(s, ns)
+            if name in seen:
+                return json.dumps(name)
+            return walk(named[name], name.rpartition(".")[0])
+        kind = s["type"]
+        if kind in _PRIMITIVES and len(s) >= 1 and "name" not in s:
+            return json.dumps(kind)
+        if kind == "array":
+            return '{"type":"array","items":' + walk(s["items"], ns) + "}"
+        if kind == "map":
+            return '{"type":"map","values":' + walk(s["values"], ns) + "}"
+        name = full(s["name"], s.get("namespace", ns))
+        if name in seen:
+            return json.dumps(name)
+        seen.add(name)
+        inner_ns = name.rpartition(".")[0]
+        head = '{"name":' + json.dumps(name) + ',"type":' + json.dumps(kind)
+        if kind == "record":
+            fields = ",".join(
+                '{"name":' + json.dumps(f["name"]) + ',"type":' + walk(f["type"], inner_ns) + "}" for f in s["fields"]
+            )
+            return head + ',"fields":[' + fields + "]}"
+        if kind == "enum":
+            return head + ',"symbols":' + json.dumps(s["symbols"], separators=(",", ":")) + "}"
+        if kind == "fixed":
+            return head + ',"size":' + str(s["size"]) + "}"
+        raise ValueError(f"unknown Avro type {kind!r}")
+
+    return walk(schema, namespace)
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a record Ostinato can read: wrong magic, unknown schema or a corrupt body."""
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    name: str
+    fingerprint: bytes
+    canonical: str
+    source: dict[str, Any]  # the schema as written, with docs and defaults (what `<prefix>.schemas` publishes)
+    parsed: Any  # fastavro's parsed form, every named type inlined
+
+
+class SchemaRegistry:
+    """Current schemas by name, and every known writer schema by fingerprint."""
+
+    def __init__(self, files: tuple[str, ...] = SCHEMA_FILES) -> None:
+        self._named: dict[str, Any] = {}
+        self._sources: dict[str, dict[str, Any]] = {}
+        for file in files:
+            raw = json.loads((resources.files("ostinato.schemas") / "avro" / file).read_text())
+            parse_schema(raw, named_schemas=self._named)  # registers every named type, checks references
+            for item in raw if isinstance(raw, list) else [raw]:
+                name = item["name"] if "." in item["name"] else f"{item.get('namespace', '')}.{item['name']}"
+                self._sources[name.lstrip(".")] = item
+        self._by_name: dict[str, SchemaInfo] = {}
+        self._writers: dict[bytes, SchemaInfo] = {}
+        for name, source in self._sources.items():
+            if source["type"] != "record":
+                continue
+            info = self._info(name, source)
+            self._by_name[name] = info
+            self._writers[info.fingerprint] = info
+
+    def _info(self, name: str, source: dict[str, Any]) -> SchemaInfo:
+        canonical = canonical_form(source, self._named, name.rpartition(".")[0])
+        parsed = parse_schema(source, named_schemas=dict(self._named), expand=True, _force=True)
+        return SchemaInfo(name, fingerprint(canonical), canonical, source, parsed)
+
+    @property
+    def schemas(self) -> list[SchemaInfo]:
+        return list(self._by_name.values())
+
+    def schema(self, name: str) -> SchemaInfo:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ValueError(f"no Avro record type {name!r}; known: {', '.join(sorted(self._by_name))}") from None
+
+    def add_writer_schema(self, source: dict[str, Any]) -> SchemaInfo:
+        """Teach the registry a schema records were written with (an older version, from `<prefix>.schemas`)."""
+        name = source["name"] if "." in source["name"] else f"{source.get('namespace', '')}.{source['name']}"
+        self.schema(name)  # only versions of a type we can read into
+        info = self._info(name, source)
+        self._writers.setdefault(info.fingerprint, info)
+        return info
+
+    def encode(self, type_name: str, record: dict[str, Any]) -> bytes:
+        info = self.schema(type_name)
+        out = io.BytesIO()
+        out.write(MAGIC)
+        out.write(info.fingerprint)
+        try:
+            schemaless_writer(out, info.parsed, record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"record does not match {type_name}: {exc}") from exc
+        return out.getvalue()
+
+    def decode(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        if len(data) < HEADER_LEN or data[:2] != MAGIC:
+            raise DecodeError(f"not an Avro single-object record (starts {bytes(data[:4]).hex() or 'empty'})")
+        writer = self._writers.get(bytes(data[2:HEADER_LEN]))
+        if writer is None:
+            raise DecodeError(
+                f"unknown schema fingerprint {bytes(data[2:HEADER_LEN]).hex()}: written by a newer Ostinato, or a "
+                "schema not loaded from the schemas topic"
+            )
+        reader = self._by_name[writer.name]
+        body = io.BytesIO(data[HEADER_LEN:])
+        try:
+            record = schemaless_reader(body, writer.parsed, None if reader is writer else reader.parsed)
+        except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on corrupt input; callers need one
+            raise DecodeError(f"corrupt {writer.name} record: {type(exc).__name__}: {exc}") from None
+        if body.tell() != len(data) - HEADER_LEN:
+            raise DecodeError(f"{len(data) - HEADER_LEN - body.tell()} trailing bytes after a {writer.name} record")
+        if not isinstance(record, dict):
+            raise DecodeError(f"{writer.name} decoded to {type(record).__name__}, not a record")
+        return writer.name, record
+
+
+@functools.cache
+def registry() -> SchemaRegistry:
+    """The process-wide registry of the shipped schemas (built on first use)."""
+    return SchemaRegistry()
+
+
+def encode(type_name: str, record: dict[str, Any]) -> bytes:
+    """Encode `record` as the named Avro type, with the single-object header."""
+    return registry().encode(type_name, record)
+
+
+def decode(data: bytes) -> tuple[str, dict[str, Any]]:
+    """Decode single-object bytes into (type name, record); anything unreadable raises DecodeError."""
+    return registry().decode(data)
