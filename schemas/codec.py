@@ -3,6 +3,10 @@
 Any reader with the schemas (shipped in `schemas/avro/`, published in `<prefix>.schemas`) can decode any
 record without the SDK. Records written with an older schema decode into today's shape by Avro resolution once
 the older schema is known to the registry (`add_writer_schema`).
+
+Records are plain dicts. A union of several record types (a command's `body`, an event's `attributes`) holds
+a `(full type name, dict)` tuple, both when encoding and when decoding, so the branch is never guessed; a
+union of null and one record holds the dict or None.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 # Load order matters: a file may refer to named types defined in the files before it.
-SCHEMA_FILES = ("common.avsc", "cluster.avsc")
+SCHEMA_FILES = (
+    "common.avsc", "commands.avsc", "history.avsc", "tasks.avsc", "visibility.avsc", "replies.avsc", "state.avsc",
+    "cluster.avsc",
+)
 
 _EMPTY64 = 0xC15D213AA4D7A795
 
@@ -181,7 +188,13 @@ class SchemaRegistry:
         reader = self._by_name[writer.name]
         body = io.BytesIO(data[HEADER_LEN:])
         try:
-            record = schemaless_reader(body, writer.parsed, None if reader is writer else reader.parsed)
+            record = schemaless_reader(body, writer.parsed, None, **_NAMED_UNIONS)
+            if reader is not writer:
+                # fastavro cannot name union branches while resolving against another schema (it fails when
+                # one side inlines a type the other references), so resolve without names, then put the
+                # names back from the writer-only read: the two reads have the same shape where it matters.
+                body.seek(0)
+                record = _restore_union_names(record, schemaless_reader(body, writer.parsed, reader.parsed))
         except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on corrupt input; callers need one
             raise DecodeError(f"corrupt {writer.name} record: {type(exc).__name__}: {exc}") from None
         if body.tell() != len(data) - HEADER_LEN:
@@ -189,6 +202,20 @@ class SchemaRegistry:
         if not isinstance(record, dict):
             raise DecodeError(f"{writer.name} decoded to {type(record).__name__}, not a record")
         return writer.name, record
+
+
+_NAMED_UNIONS = {"return_record_name": True, "return_record_name_override": True}
+
+
+def _restore_union_names(named: Any, resolved: Any) -> Any:
+    """`resolved` (read with the reader schema) with each union branch tagged by name as in `named`."""
+    if isinstance(named, tuple):
+        return (named[0], _restore_union_names(named[1], resolved))
+    if isinstance(named, dict) and isinstance(resolved, dict):
+        return {k: _restore_union_names(named[k], v) if k in named else v for k, v in resolved.items()}
+    if isinstance(named, list) and isinstance(resolved, list):
+        return [_restore_union_names(a, b) for a, b in zip(named, resolved, strict=True)]
+    return resolved
 
 
 @functools.cache
