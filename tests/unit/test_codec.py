@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,23 @@ def test_union_branches_keep_their_names_when_an_older_writer_is_resolved() -> N
     name, decoded = registry.decode(MAGIC + info.fingerprint + body.getvalue())
     assert name == command
     assert decoded == {**record, "identity": "", "reply_partition": None}
+
+
+def test_the_worked_example_in_the_schemas_readme_is_current() -> None:
+    """schemas/README.md shows a command byte by byte; it must stay what the codec really writes."""
+    from ostinato.schemas import partition_for
+
+    readme = (Path(__file__).parents[2] / "schemas" / "README.md").read_text()
+    block = readme.split("value = 83 bytes:\n", 1)[1].split("```", 1)[0]
+    shown = bytes.fromhex("".join(m.group(0) for line in block.splitlines()
+                                  if (m := re.match(r"(?:[0-9a-f]{2} )+", line + " "))))
+    record = {
+        "namespace": "default", "workflow_id": "order-1", "run_id": "4f1c", "request_id": "r-1",
+        "identity": "worker-7", "time_ms": 1764400000000, "reply_partition": None,
+        "body": ("ostinato.command.RespondActivityTaskCompleted", {
+            "scheduled_event_id": 5, "attempt": 1,
+            "result": [{"metadata": {"encoding": b"json/plain"}, "data": b'"ok"'}]}),
+    }
+    assert encode("ostinato.command.Command", record) == shown
+    assert len(shown) == 83
+    assert (partition_for("default/order-1", 4), partition_for("default/order-1", 16)) == (1, 13)
