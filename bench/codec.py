@@ -71,7 +71,7 @@ SAMPLES: list[tuple[str, str, dict[str, Any]]] = [
          "search_attributes": {}, "header": {}, "parent": None}))),
     ("HistoryEvent/ActivityTaskScheduled", "ostinato.history.HistoryEvent", event(5, "ACTIVITY_TASK_SCHEDULED", (
         "ostinato.history.ActivityTaskScheduledEventAttributes",
-        {**{k: v for k, v in SCHEDULE.items()}, "workflow_task_completed_event_id": 4}))),
+        {**SCHEDULE, "workflow_task_completed_event_id": 4}))),
     ("HistoryEvent/ActivityTaskCompleted", "ostinato.history.HistoryEvent", event(7, "ACTIVITY_TASK_COMPLETED", (
         "ostinato.history.ActivityTaskCompletedEventAttributes",
         {"result": [json_payload()], "scheduled_event_id": 5, "started_event_id": 6, "identity": "worker-1@host-a"}))),

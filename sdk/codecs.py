@@ -89,10 +89,12 @@ def deserialize_payload(frame: bytes) -> Payload:
 class ZlibCodec:
     """Deflates payloads (metadata included) when that makes them smaller; leaves them alone otherwise."""
 
-    def __init__(self, level: int = 6) -> None:
+    def __init__(self, level: int = 6, max_inflated_bytes: int = 64 * 2**20) -> None:
         if not -1 <= level <= 9:
             raise ValueError(f"zlib level must be between -1 and 9, not {level}")
         self._level = level
+        # A few KiB of crafted deflate data can inflate to gigabytes; a worker must not be knocked over by one.
+        self._max_inflated = max_inflated_bytes
 
     def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return [self._encode_one(p) for p in payloads]
@@ -105,12 +107,18 @@ class ZlibCodec:
         # Already-compressed or random data grows a little; sending it as it was is both smaller and cheaper.
         return compressed if payload_size(compressed) < payload_size(payload) else payload
 
-    @staticmethod
-    def _decode_one(payload: Payload) -> Payload:
+    def _decode_one(self, payload: Payload) -> Payload:
+        inflater = zlib.decompressobj()
         try:
-            frame = zlib.decompress(payload.data)
+            frame = inflater.decompress(payload.data, self._max_inflated)
         except zlib.error as exc:
             raise PayloadCodecError(f"payload marked {ENCODING_ZLIB!r} does not inflate: {exc}") from exc
+        if inflater.unconsumed_tail:
+            raise PayloadCodecError(
+                f"payload marked {ENCODING_ZLIB!r} inflates past {self._max_inflated} bytes (max_inflated_bytes)"
+            )
+        if not inflater.eof:
+            raise PayloadCodecError(f"payload marked {ENCODING_ZLIB!r} is truncated")
         return deserialize_payload(frame)
 
 

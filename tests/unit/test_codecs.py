@@ -155,3 +155,16 @@ def test_chain_encodes_in_order_and_decodes_in_reverse() -> None:
 def test_codecs_pass_through_payloads_they_did_not_write() -> None:
     plain = Payload({ENCODING: ENCODING_JSON}, b"1")
     assert CodecChain([ZlibCodec(), AesGcmCodec(KEY, "k1")]).decode([plain]) == [plain]
+
+
+def test_zlib_refuses_a_decompression_bomb() -> None:
+    import zlib
+
+    from ostinato.sdk.codecs import ENCODING_ZLIB, PayloadCodecError, ZlibCodec
+
+    bomb = Payload({"encoding": ENCODING_ZLIB}, zlib.compress(b"\0" * (8 * 2**20)))
+    assert len(bomb.data) < 20_000
+    with pytest.raises(PayloadCodecError, match="inflates past 1048576 bytes"):
+        ZlibCodec(max_inflated_bytes=2**20).decode([bomb])
+    with pytest.raises(PayloadCodecError, match="truncated"):
+        ZlibCodec().decode([Payload({"encoding": ENCODING_ZLIB}, zlib.compress(b"x" * 1000)[:-6])])
