@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,18 +38,33 @@ def check_port_free(port: int, host: str = "127.0.0.1", what: str = "") -> None:
             ) from None
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Ports the kernel considers free right now; held open together so they are distinct."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+def free_ports(count: int, host: str = "127.0.0.1", consecutive: bool = False) -> list[int]:
+    """Ports free right now, drawn below the kernel's ephemeral range.
+
+    Ports handed out by the kernel for port 0 come from the ephemeral range, where an outgoing connection can
+    take one before our server binds it; 20000-32767 sits below Linux's default range. `consecutive` asks for
+    a run of ports (a broker uses port and port + 1).
+    """
+    rng = random.Random()
+    for _ in range(200):
+        if consecutive:
+            base = rng.randrange(20000, 32768 - count)
+            candidates = list(range(base, base + count))
+        else:
+            candidates = rng.sample(range(20000, 32768), count)
+        socks = []
+        try:
+            for port in candidates:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind((host, port))
+            return candidates
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise InfraError(f"could not find {count} free ports on {host}")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -66,18 +82,36 @@ def spawn(argv: Sequence[str], log_file: Path, pid_file: Path, env: dict[str, st
             list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env=env, cwd=cwd,
         )
-    pid_file.write_text(f"{proc.pid}\n")
+    write_pid_file(pid_file, proc.pid)
     return proc
 
 
-def read_pid(pid_file: Path, marker: str) -> int | None:
-    """The live pid recorded in `pid_file`, if its command line still contains `marker`.
+def start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
-    The marker guards against pid reuse: after a reboot the number may belong to someone else.
+
+def write_pid_file(pid_file: Path, pid: int) -> None:
+    """Record a pid with its start time: together they name one process, even after the pid is reused."""
+    pid_file.write_text(f"{pid} {start_time(pid) or 0}\n")
+
+
+def read_pid(pid_file: Path, marker: str) -> int | None:
+    """The live pid recorded in `pid_file`, if it is still the same process.
+
+    A pid alone can name someone else after a reboot or a wrap-around; the recorded start time must match and
+    the command line must still contain `marker`.
     """
     try:
-        pid = int(pid_file.read_text().strip())
+        pid_text, _, started_text = pid_file.read_text().strip().partition(" ")
+        pid, started = int(pid_text), int(started_text or 0)
     except (FileNotFoundError, ValueError):
+        return None
+    if started and start_time(pid) != started:
         return None
     return pid if pid_alive(pid, marker) else None
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -112,6 +113,109 @@ class DecodeError(ValueError):
     """Bytes that are not a record Ostinato can read: wrong magic, unknown schema or a corrupt body."""
 
 
+Checker = Callable[[Any, str], None]
+
+
+def union_tag_checker(schema: Any) -> Checker | None:
+    """A check that every union of several record types in a datum is given as a `(type name, record)` tuple.
+
+    fastavro guesses the branch of an untagged dict by its fields, and two commands with the same fields
+    (`{"reason": ...}` fits three of them) would be written as whichever comes first: a silent misroute. The
+    check visits only the paths that can hold such a union. Returns None when the schema has none.
+    """
+    defined: dict[str, Any] = {}
+    plans: dict[str, Checker | None] = {}
+
+    def named(name: str) -> Checker | None:
+        return plans[name] if name in plans else plan(defined[name], name.rpartition(".")[0])
+
+    def plan(s: Any, ns: str) -> Checker | None:
+        if isinstance(s, str):
+            if s in _PRIMITIVES:
+                return None
+            return named(s if "." in s or not ns else f"{ns}.{s}")
+        if isinstance(s, list):
+            return _union_plan(s, ns)
+        kind = s["type"]
+        if kind in ("array", "map"):
+            inner = plan(s["items" if kind == "array" else "values"], ns)
+            if inner is None:
+                return None
+            if kind == "array":
+                return lambda v, path: [inner(x, f"{path}[{i}]") for i, x in enumerate(v)] and None
+            return lambda v, path: [inner(x, f"{path}[{k!r}]") for k, x in v.items()] and None
+        if kind != "record":
+            return None
+        full = s["name"] if "." in s["name"] else f"{s.get('namespace', ns)}.{s['name']}".lstrip(".")
+        defined.setdefault(full, s)
+        if full in plans:
+            return plans[full]
+        plans[full] = None  # a recursive reference (Failure.cause) holds no multi-record union of its own
+        inner_ns = full.rpartition(".")[0]
+        fields = [(f["name"], c) for f in s["fields"] if (c := plan(f["type"], inner_ns)) is not None]
+        if not fields:
+            return None
+
+        def check_record(v: Any, path: str) -> None:
+            if isinstance(v, dict):
+                for name, check in fields:
+                    if name in v:
+                        check(v[name], f"{path}.{name}")
+
+        plans[full] = check_record
+        return check_record
+
+    def _union_plan(branches: list[Any], ns: str) -> Checker | None:
+        records = {}
+        for b in branches:
+            if isinstance(b, dict) and b.get("type") == "record":
+                full = b["name"] if "." in b["name"] else f"{b.get('namespace', ns)}.{b['name']}".lstrip(".")
+                defined.setdefault(full, b)
+                records[full] = b
+            elif isinstance(b, str) and b not in _PRIMITIVES:
+                full = b if "." in b or not ns else f"{ns}.{b}"
+                if full in defined and defined[full].get("type") == "record":
+                    records[full] = defined[full]
+        checks = {name: plan(rec, ns) for name, rec in records.items()}
+        if len(records) < 2:
+            only = next(iter(checks.values()), None)
+            return None if only is None else lambda v, path: None if v is None else only(v, path)
+
+        def check_union(v: Any, path: str) -> None:
+            if v is None:
+                return
+            if not (isinstance(v, tuple) and len(v) == 2 and v[0] in records):
+                raise ValueError(
+                    f"{path} is a union of record types: give it as (type name, record) with one of "
+                    f"{', '.join(sorted(records))}, not {type(v).__name__}"
+                )
+            check = checks[v[0]]
+            if check is not None:
+                check(v[1], f"{path}<{v[0].rpartition('.')[2]}>")
+
+        return check_union
+
+    _collect(schema, "", defined)
+    return plan(schema, "")
+
+
+def _collect(s: Any, ns: str, defined: dict[str, Any]) -> None:
+    """Register every named type defined anywhere in a canonical schema, so later references resolve."""
+    if isinstance(s, list):
+        for b in s:
+            _collect(b, ns, defined)
+    elif isinstance(s, dict):
+        if s.get("type") in ("record", "enum", "fixed"):
+            full = s["name"] if "." in s["name"] else f"{s.get('namespace', ns)}.{s['name']}".lstrip(".")
+            defined.setdefault(full, s)
+            ns = full.rpartition(".")[0]
+        for f in s.get("fields", []):
+            _collect(f["type"], ns, defined)
+        for key in ("items", "values"):
+            if key in s:
+                _collect(s[key], ns, defined)
+
+
 @dataclass(frozen=True)
 class SchemaInfo:
     name: str
@@ -119,12 +223,13 @@ class SchemaInfo:
     canonical: str
     source: dict[str, Any]  # the schema as written, with docs and defaults (what `<prefix>.schemas` publishes)
     parsed: Any  # fastavro's parsed form, every named type inlined
+    check_unions: Checker | None = None
 
 
 class SchemaRegistry:
     """Current schemas by name, and every known writer schema by fingerprint."""
 
-    def __init__(self, files: tuple[str, ...] = SCHEMA_FILES) -> None:
+    def __init__(self, files: tuple[str, ...] = SCHEMA_FILES, load_released: bool = True) -> None:
         self._named: dict[str, Any] = {}
         self._sources: dict[str, dict[str, Any]] = {}
         for file in files:
@@ -141,11 +246,18 @@ class SchemaRegistry:
             info = self._info(name, source)
             self._by_name[name] = info
             self._writers[info.fingerprint] = info
+        if load_released:
+            from ostinato.schemas.release import released
+
+            for fp, entry in released().items():
+                if bytes.fromhex(fp) not in self._writers and entry["name"] in self._by_name:
+                    self.add_writer_schema(json.loads(entry["canonical"]))
 
     def _info(self, name: str, source: dict[str, Any]) -> SchemaInfo:
         canonical = canonical_form(source, self._named, name.rpartition(".")[0])
         parsed = parse_schema(source, named_schemas=dict(self._named), expand=True, _force=True)
-        return SchemaInfo(name, fingerprint(canonical), canonical, source, parsed)
+        checker = union_tag_checker(json.loads(canonical))
+        return SchemaInfo(name, fingerprint(canonical), canonical, source, parsed, checker)
 
     @property
     def schemas(self) -> list[SchemaInfo]:
@@ -166,13 +278,20 @@ class SchemaRegistry:
         return info
 
     def encode(self, type_name: str, record: dict[str, Any]) -> bytes:
+        """Encode `record` as `type_name`; a record that does not fit the schema raises ValueError.
+
+        Writes are strict: an unknown field (a typo) or a missing field without a default is an error, not
+        silently dropped or zeroed.
+        """
         info = self.schema(type_name)
         out = io.BytesIO()
         out.write(MAGIC)
         out.write(info.fingerprint)
         try:
-            schemaless_writer(out, info.parsed, record)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            if info.check_unions is not None:
+                info.check_unions(record, type_name.rpartition(".")[2])
+            schemaless_writer(out, info.parsed, record, strict_allow_default=True)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise ValueError(f"record does not match {type_name}: {exc}") from exc
         return out.getvalue()
 

@@ -40,6 +40,14 @@ class BlobStore(Protocol):
         ...
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -90,6 +98,7 @@ class FileBlobStore:
                 f.flush()
                 os.fsync(f.fileno())
             tmp.replace(target)
+            _fsync_dir(target.parent)  # the rename itself must survive a crash, or a recorded reference dangles
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -74,7 +74,9 @@ def _read_settings(admin: AdminClient, bootstrap: str, prefix: str, timeout: flo
     topic = topic_name(prefix, Topic.CLUSTER)
     if topic not in admin.list_topics(timeout=timeout).topics:
         return None
-    consumer = reader(bootstrap, "ostinato-cluster-reader")
+    # Settings are written outside transactions; reading uncommitted keeps a hung transaction of another writer
+    # of this topic (shard ownership) from stalling every reader at its last stable offset.
+    consumer = reader(bootstrap, "ostinato-cluster-reader", isolation="read_uncommitted")
     try:
         tp = TopicPartition(topic, 0)
         _, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
@@ -85,8 +87,10 @@ def _read_settings(admin: AdminClient, bootstrap: str, prefix: str, timeout: flo
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None and msg.key() == SETTINGS_KEY.encode():
-                settings = None if msg.value() is None else ClusterSettings.decode(msg.value())
+            if (settings is None and msg is not None and msg.error() is None and msg.key() == SETTINGS_KEY.encode()
+                    and msg.value() is not None):
+                # The first record wins: two racing inits both write, and everyone must agree on one of them.
+                settings = ClusterSettings.decode(msg.value())
             # Transaction markers occupy offsets without being delivered: stop on position, not on a last record.
             if consumer.position([tp])[0].offset >= high:
                 return settings
@@ -112,19 +116,18 @@ def init_cluster(
     brokers = wait_for_brokers(admin, bootstrap, timeout)
     existing = _read_settings(admin, bootstrap, prefix, timeout)
     if existing is not None:
-        if shards is not None and shards != existing.shards:
-            raise ClusterError(
-                f"cluster '{prefix}' at {bootstrap} was initialised with {existing.shards} shards, not {shards}. "
-                "The shard count is fixed at creation (workflow ids hash to shards); run init with "
-                f"--shards {existing.shards}, or use another --prefix for a new cluster."
-            )
+        _check_against(existing, bootstrap, shards, replication_factor, reply_partitions)
         settings = existing
     else:
         if shards is None:
             raise ClusterError(f"cluster '{prefix}' is not initialised yet: --shards is required")
         if shards < 1:
             raise ClusterError(f"--shards must be at least 1, not {shards}")
-        rf = replication_factor or min(3, brokers)
+        if replication_factor is not None and replication_factor < 1:
+            raise ClusterError(f"--replication-factor must be at least 1, not {replication_factor}")
+        if reply_partitions is not None and reply_partitions < 1:
+            raise ClusterError(f"--reply-partitions must be at least 1, not {reply_partitions}")
+        rf = replication_factor if replication_factor is not None else min(3, brokers)
         if rf > brokers:
             raise ClusterError(f"replication factor {rf} needs {rf} brokers; {bootstrap} has {brokers}")
         settings = ClusterSettings(
@@ -138,8 +141,34 @@ def init_cluster(
     _publish_schemas(bootstrap, prefix, timeout)
     if existing is None:
         _write_settings(bootstrap, prefix, settings, timeout)
-        result.recorded = True
+        winner = _read_settings(admin, bootstrap, prefix, timeout)
+        if winner != settings:  # another init wrote first: its settings are the cluster's
+            if winner is None:
+                raise ClusterError(f"cluster settings written to {topic_name(prefix, Topic.CLUSTER)} did not read back")
+            _check_against(winner, bootstrap, shards, replication_factor, reply_partitions)
+            result.settings = winner
+        else:
+            result.recorded = True
     return result
+
+
+def _check_against(existing: ClusterSettings, bootstrap: str, shards: int | None, replication_factor: int | None,
+                   reply_partitions: int | None) -> None:
+    """Fail when an explicit request contradicts what the cluster was created with; silence would mislead."""
+    prefix = existing.topic_prefix
+    if shards is not None and shards != existing.shards:
+        raise ClusterError(
+            f"cluster '{prefix}' at {bootstrap} was initialised with {existing.shards} shards, not {shards}. "
+            "The shard count is fixed at creation (workflow ids hash to shards); run init with "
+            f"--shards {existing.shards}, or use another --prefix for a new cluster."
+        )
+    for flag, asked, recorded in (("--replication-factor", replication_factor, existing.replication_factor),
+                                  ("--reply-partitions", reply_partitions, existing.reply_partitions)):
+        if asked is not None and asked != recorded:
+            raise ClusterError(
+                f"cluster '{prefix}' at {bootstrap} was initialised with {flag} {recorded}, not {asked}; "
+                "changing it after creation is not supported"
+            )
 
 
 def _ensure_topics(admin: AdminClient, specs: list[TopicSpec], rf: int, result: InitResult, timeout: float) -> None:

@@ -91,7 +91,7 @@ def run_foreground(opts: DevOptions, say: Callable[[str], None]) -> None:
     process.check_port_free(opts.port, what="the Ostinato API")
     bootstrap, started, shards = _prepare(opts, say)
     pid_file = opts.home / "server.pid"
-    pid_file.write_text(f"{os.getpid()}\n")
+    process.write_pid_file(pid_file, os.getpid())
     try:
         say(f"Ostinato API on http://{DEFAULT_HOST}:{opts.port}  (Ctrl-C stops everything)")
         serve(load_context(bootstrap, opts.prefix, shards), DEFAULT_HOST, opts.port)

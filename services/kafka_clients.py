@@ -37,13 +37,13 @@ def idempotent_producer(bootstrap: str, client_id: str) -> Producer:
     })
 
 
-def reader(bootstrap: str, client_id: str) -> Consumer:
-    """A consumer for manual assignment only (no group membership, no commits), read_committed."""
+def reader(bootstrap: str, client_id: str, isolation: str = "read_committed") -> Consumer:
+    """A consumer for manual assignment only (no group membership, no commits)."""
     return Consumer({
         **base_config(bootstrap, client_id),
         "group.id": f"{client_id}-unused",
         "enable.auto.commit": False,
-        "isolation.level": "read_committed",
+        "isolation.level": isolation,
         "enable.partition.eof": True,
         "fetch.max.bytes": MAX_RECORD_BYTES * 2,
     })

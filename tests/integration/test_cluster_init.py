@@ -140,3 +140,29 @@ def test_a_consumer_with_only_kafka_decodes_the_settings(kafka: KafkaCluster, to
     writer = parse_schema(json.loads(schemas[value[2:10].hex()]))
     record = schemaless_reader(io.BytesIO(value[10:]), writer, None)
     assert (record["topic_prefix"], record["shards"]) == (topic_prefix, 2)
+
+
+def test_racing_inits_agree_on_the_first_settings_written(kafka: KafkaCluster, topic_prefix: str) -> None:
+    """Two inits that both saw no settings both write; the first record is the cluster's for everyone."""
+    from dataclasses import replace
+
+    from ostinato.services.cluster import _write_settings
+
+    init_cluster(kafka.bootstrap, topic_prefix, shards=2)
+    first = read_settings(kafka.bootstrap, topic_prefix)
+    assert first is not None
+    _write_settings(kafka.bootstrap, topic_prefix, replace(first, shards=7), timeout=30)  # the loser's write
+
+    assert read_settings(kafka.bootstrap, topic_prefix) == first
+    with pytest.raises(ClusterError, match="initialised with 2 shards, not 7"):
+        init_cluster(kafka.bootstrap, topic_prefix, shards=7)
+
+
+def test_settings_that_cannot_change_are_not_silently_ignored(kafka: KafkaCluster, topic_prefix: str) -> None:
+    init_cluster(kafka.bootstrap, topic_prefix, shards=2, reply_partitions=2)
+    with pytest.raises(ClusterError, match="--reply-partitions 2, not 5"):
+        init_cluster(kafka.bootstrap, topic_prefix, shards=2, reply_partitions=5)
+    with pytest.raises(ClusterError, match="--replication-factor 1, not 3"):
+        init_cluster(kafka.bootstrap, topic_prefix, shards=2, replication_factor=3)
+    with pytest.raises(ClusterError, match="at least 1"):
+        init_cluster(kafka.bootstrap, f"{topic_prefix}x", shards=2, replication_factor=0)

@@ -155,3 +155,34 @@ def test_the_worked_example_in_the_schemas_readme_is_current() -> None:
     assert encode("ostinato.command.Command", record) == shown
     assert len(shown) == 83
     assert (partition_for("default/order-1", 4), partition_for("default/order-1", 16)) == (1, 13)
+
+
+_TERMINATE = ("ostinato.command.TerminateWorkflowExecution", {"reason": "gc"})
+_ENVELOPE = {"namespace": "d", "workflow_id": "w", "request_id": "r", "time_ms": 1}
+
+
+@pytest.mark.parametrize(("record", "message"), [
+    # {"reason": ...} fits three commands; fastavro would silently pick the first that fits.
+    ({**_ENVELOPE, "body": {"reason": "gc"}}, r"Command.body is a union of record types: give it as \(type name"),
+    ({**_ENVELOPE, "body": ("ostinato.command.RespondWorkflowTaskCompleted", {
+        "scheduled_event_id": 1, "attempt": 1, "commands": [{"timer_id": "t"}]})},
+     r"Command.body<RespondWorkflowTaskCompleted>.commands\[0\] is a union of record types"),
+    ({**_ENVELOPE, "run_Id": "typo", "body": _TERMINATE}, "more fields than the schema specifies: run_Id"),
+    ({"namespace": "d", "workflow_id": "w", "time_ms": 1, "body": _TERMINATE}, "Field request_id"),
+    ({**_ENVELOPE, "time_ms": 2**70, "body": _TERMINATE}, "too large"),
+])
+def test_records_that_would_be_written_wrongly_are_refused(record: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        encode("ostinato.command.Command", record)
+
+
+def test_tagged_unions_in_nested_lists_are_checked_too() -> None:
+    event = {"event_id": 1, "event_time_ms": 0, "event_type": "TIMER_FIRED",
+             "attributes": {"timer_id": "t", "started_event_id": 0}}
+    task = {"namespace": "d", "workflow_id": "w", "run_id": "r", "workflow_type": "T", "task_queue": "q",
+            "scheduled_event_id": 1, "started_event_id": 2, "attempt": 1, "events": [event],
+            "scheduled_time_ms": 0, "deadline_ms": 0}
+    with pytest.raises(ValueError, match=r"WorkflowTask.events\[0\].attributes is a union"):
+        encode("ostinato.task.WorkflowTask", task)
+    event["attributes"] = ("ostinato.history.TimerFiredEventAttributes", event["attributes"])
+    assert decode(encode("ostinato.task.WorkflowTask", task))[1]["events"][0] == {**event, "applier_version": 1}

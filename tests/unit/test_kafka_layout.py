@@ -53,3 +53,18 @@ def test_layout_is_recorded_for_other_processes(tmp_path: Path) -> None:
     assert KafkaCluster.existing(tmp_path / "nothing-here") is None
     with pytest.raises(InfraError, match="holds a 3-node cluster, not 1"):
         KafkaCluster(tmp_path, nodes=1)
+
+
+def test_a_pid_file_names_one_process_not_a_number(tmp_path: Path) -> None:
+    import os
+
+    from ostinato.infra import process
+
+    pid_file = tmp_path / "pid"
+    process.write_pid_file(pid_file, os.getpid())
+    assert process.read_pid(pid_file, "python") == os.getpid()
+    assert process.read_pid(pid_file, "no-such-marker") is None
+    pid, started = pid_file.read_text().split()
+    pid_file.write_text(f"{pid} {int(started) + 1}\n")  # the same number, another process (reused pid)
+    assert process.read_pid(pid_file, "python") is None
+    assert process.read_pid(tmp_path / "missing", "python") is None
