@@ -1,0 +1,239 @@
+"""The state of a workflow: plain data that appliers build from history events, and its Avro form.
+
+Most of it is *durable*: a fold over the run's history rebuilds it exactly. A few fields are *ephemeral*
+(marked so): attempt bookkeeping that Temporal, and Ostinato, deliberately keep out of history so retries and
+heartbeats do not bloat it. They live only in the state changelog; replay-equality tests compare the durable
+view (`durable_record`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from ostinato.schemas import codec
+
+Record = dict[str, Any]  # an Avro record as the codec reads and writes it
+Payloads = list[Record]
+PayloadMap = dict[str, Record]
+
+EPHEMERAL = {"ephemeral": True}
+
+
+@dataclass(slots=True)
+class WorkflowTaskState:
+    """The one workflow task of a run in flight. `transient` attempts (retries after a failure) have no events
+    in history until they complete, so a workflow stuck on broken code does not grow its history."""
+
+    scheduled_event_id: int
+    started_event_id: int
+    attempt: int
+    task_queue: str
+    scheduled_time_ms: int
+    started_time_ms: int
+    timeout_ms: int
+    new_events_while_started: bool = False  # a signal or result arrived: another task must follow this one
+    transient: bool = field(default=False, metadata=EPHEMERAL)
+    retry_at_ms: int | None = field(default=None, metadata=EPHEMERAL)  # a transient attempt waiting for backoff
+
+
+@dataclass(slots=True)
+class ActivityState:
+    scheduled_event_id: int
+    activity_id: str
+    activity_type: str
+    task_queue: str
+    scheduled_time_ms: int
+    schedule_to_close_timeout_ms: int | None
+    schedule_to_start_timeout_ms: int | None
+    start_to_close_timeout_ms: int
+    heartbeat_timeout_ms: int | None
+    retry_policy: Record | None
+    cancel_requested: bool = False
+    cancel_requested_event_id: int = 0
+    # Attempt state: history records only the outcome of the last attempt.
+    attempt: int = field(default=1, metadata=EPHEMERAL)
+    current_attempt_scheduled_time_ms: int = field(default=0, metadata=EPHEMERAL)
+    started_time_ms: int | None = field(default=None, metadata=EPHEMERAL)
+    started_identity: str = field(default="", metadata=EPHEMERAL)
+    last_heartbeat_time_ms: int | None = field(default=None, metadata=EPHEMERAL)
+    heartbeat_details: Payloads = field(default_factory=list, metadata=EPHEMERAL)
+    next_attempt_time_ms: int | None = field(default=None, metadata=EPHEMERAL)  # waiting for a retry backoff
+    last_failure: Record | None = field(default=None, metadata=EPHEMERAL)
+
+
+@dataclass(slots=True)
+class TimerState:
+    timer_id: str
+    started_event_id: int
+    fire_at_ms: int
+
+
+@dataclass(slots=True)
+class ChildState:
+    initiated_event_id: int
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    parent_close_policy: str
+    run_id: str = ""
+    started_event_id: int = 0
+
+
+@dataclass(slots=True)
+class ExternalRequestState:
+    """A signal or cancel this run sent to another workflow, waiting to hear whether it arrived."""
+
+    initiated_event_id: int
+    kind: str  # SIGNAL or CANCEL
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything needed to decide the next command for one run, without reading its history."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    status: str
+    start_time_ms: int
+    execution_time_ms: int
+    task_timeout_ms: int
+    first_execution_run_id: str
+    next_event_id: int = 1
+    close_time_ms: int | None = None
+    execution_expiration_time_ms: int | None = None
+    run_expiration_time_ms: int | None = None
+    retention_expiry_time_ms: int | None = None
+    last_workflow_task_started_event_id: int = 0
+    retry_policy: Record | None = None
+    attempt: int = 1
+    continued_from_run_id: str = ""
+    parent: Record | None = None
+    workflow_task: WorkflowTaskState | None = None
+    activities: dict[int, ActivityState] = field(default_factory=dict)
+    timers: dict[str, TimerState] = field(default_factory=dict)
+    children: dict[int, ChildState] = field(default_factory=dict)
+    external_requests: dict[int, ExternalRequestState] = field(default_factory=dict)
+    cancel_requested: bool = False
+    cancel_reason: str = ""
+    signal_count: int = 0
+    search_attributes: PayloadMap = field(default_factory=dict)
+    memo: PayloadMap = field(default_factory=dict)
+    patches: list[str] = field(default_factory=list)
+    recent_request_ids: list[str] = field(default_factory=list)
+    archive_uri: str = ""
+
+    @property
+    def open(self) -> bool:
+        return self.status == "RUNNING"
+
+    @property
+    def history_length(self) -> int:
+        return self.next_event_id - 1
+
+
+@dataclass(slots=True)
+class CurrentRun:
+    """The current-run pointer of a workflow id: what id reuse and conflict policies decide on."""
+
+    run_id: str
+    status: str
+    start_request_id: str
+    first_execution_run_id: str
+    start_time_ms: int
+    close_time_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Workflow:
+    """One workflow id in one namespace: its runs (closed ones until retention) and the current-run pointer."""
+
+    namespace: str
+    workflow_id: str
+    current: CurrentRun | None = None
+    runs: dict[str, RunState] = field(default_factory=dict)
+
+    def current_run(self) -> RunState | None:
+        return self.runs.get(self.current.run_id) if self.current else None
+
+
+# -- the Avro form ---------------------------------------------------------------------------------------------
+
+_NESTED = {
+    "workflow_task": WorkflowTaskState,
+    "activities": ActivityState,
+    "timers": TimerState,
+    "children": ChildState,
+    "external_requests": ExternalRequestState,
+}
+_KEYS = {"activities": "scheduled_event_id", "timers": "timer_id", "children": "initiated_event_id",
+         "external_requests": "initiated_event_id"}
+
+
+def _plain(obj: Any, durable_only: bool) -> Record:
+    out: Record = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if durable_only and f.metadata.get("ephemeral"):
+            value = f.default_factory() if f.default is MISSING else f.default
+        out[f.name] = value
+    return out
+
+
+def to_record(run: RunState, durable_only: bool = False) -> Record:
+    """The run as an `ostinato.state.MutableState` record (collections sorted, so equal states encode equally)."""
+    rec = _plain(run, durable_only)
+    rec["workflow_task"] = None if run.workflow_task is None else _plain(run.workflow_task, durable_only)
+    for name, key in _KEYS.items():
+        items = getattr(run, name).values()
+        rec[name] = sorted((_plain(i, durable_only) for i in items), key=lambda r, k=key: r[k])
+    return rec
+
+
+def from_record(rec: Record) -> RunState:
+    values = dict(rec)
+    wt = values.pop("workflow_task")
+    collections = {name: values.pop(name) for name in _KEYS}
+    run = RunState(**values)
+    run.workflow_task = None if wt is None else WorkflowTaskState(**wt)
+    for name, key in _KEYS.items():
+        cls = _NESTED[name]
+        setattr(run, name, {item[key]: cls(**item) for item in collections[name]})
+    return run
+
+
+STATE_TYPE = "ostinato.state.MutableState"
+CURRENT_RUN_TYPE = "ostinato.state.CurrentRun"
+
+
+def encode_run(run: RunState) -> bytes:
+    return codec.encode(STATE_TYPE, to_record(run))
+
+
+def durable_bytes(run: RunState) -> bytes:
+    """The durable view, encoded: what a replay of the run's history must reproduce byte for byte."""
+    return codec.encode(STATE_TYPE, to_record(run, durable_only=True))
+
+
+def decode_run(data: bytes) -> RunState:
+    name, rec = codec.decode(data)
+    if name != STATE_TYPE:
+        raise codec.DecodeError(f"expected {STATE_TYPE}, found {name}")
+    return from_record(rec)
+
+
+def encode_current(current: CurrentRun) -> bytes:
+    return codec.encode(CURRENT_RUN_TYPE, _plain(current, durable_only=False))
+
+
+def decode_current(data: bytes) -> CurrentRun:
+    name, rec = codec.decode(data)
+    if name != CURRENT_RUN_TYPE:
+        raise codec.DecodeError(f"expected {CURRENT_RUN_TYPE}, found {name}")
+    return CurrentRun(**rec)
