@@ -189,7 +189,10 @@ def _plain(obj: Any, durable_only: bool) -> Record:
 def to_record(run: RunState, durable_only: bool = False) -> Record:
     """The run as an `ostinato.state.MutableState` record (collections sorted, so equal states encode equally)."""
     rec = _plain(run, durable_only)
-    rec["workflow_task"] = None if run.workflow_task is None else _plain(run.workflow_task, durable_only)
+    task = run.workflow_task
+    # A transient task attempt has no events in history yet: replay cannot know it, so it is not durable.
+    hidden = task is None or (durable_only and task.transient)
+    rec["workflow_task"] = None if hidden else _plain(task, durable_only)
     for name, key in _KEYS.items():
         items = getattr(run, name).values()
         rec[name] = sorted((_plain(i, durable_only) for i in items), key=lambda r, k=key: r[k])

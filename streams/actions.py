@@ -1,0 +1,115 @@
+"""Side effects as data. The core returns them; the Kafka shell performs them inside the same transaction as
+the events, and replay ignores them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchWorkflowTask:
+    """Produce a WorkflowTask record; the shell adds the events since `previous_started_event_id`."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+    task_queue: str
+    scheduled_event_id: int
+    started_event_id: int
+    attempt: int
+    previous_started_event_id: int
+    transient: bool  # the scheduled/started events are not in history (the shell synthesises them for the task)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchActivityTask:
+    """Produce an ActivityTask record; the shell reads input and header from the ActivityTaskScheduled event."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+    scheduled_event_id: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchQueryTask:
+    namespace: str
+    workflow_id: str
+    run_id: str
+    task_queue: str
+    request_id: str
+    reply_partition: int
+    query: Record  # the QueryWorkflow command body
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertVisibility:
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRun:
+    """Remove a closed run from the stores and tombstone its history, state and visibility keys."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendCommand:
+    """A command for another workflow (perhaps on another shard): child starts, notifications, external calls."""
+
+    command: Record  # a complete ostinato.command.Command envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    request_id: str
+    reply_partition: int
+    namespace: str
+    workflow_id: str
+    body: tuple[str, Record]  # a branch of ostinato.reply.Reply.body
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A moment the owner must act at; the shell keeps an index of these, ordered by time, and fires each once."""
+
+    fire_at_ms: int
+    kind: str  # a TimerKind symbol
+    run_id: str
+    timer_id: str = ""
+    scheduled_event_id: int = 0
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleTimer:
+    namespace: str
+    workflow_id: str
+    deadline: Deadline
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    namespace: str
+    workflow_id: str
+    deadline: Deadline
+
+
+Action = (DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility | DeleteRun | Archive
+          | SendCommand | Reply | ScheduleTimer | CancelTimer)

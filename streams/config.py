@@ -1,0 +1,28 @@
+"""Limits and defaults of the core, all configurable per cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    history_warn_events: int = 10_000  # the workflow task suggests continue-as-new from here
+    history_max_events: int = 50_000  # the run is terminated, with a reason saying so
+    max_pending_activities: int = 2_000
+    max_pending_children: int = 2_000
+    max_pending_external_requests: int = 2_000
+    max_signals: int = 2_000  # per run; continue-as-new starts a fresh count
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    limits: Limits = Limits()
+    retention_ms: int = 7 * DAY_MS  # closed runs are deleted this long after closing (once archived, if archiving)
+    archive: bool = False
+    default_task_timeout_ms: int = 10_000
+    max_task_timeout_ms: int = 120_000
+    workflow_task_retry_initial_ms: int = 1_000  # backoff of the third and later attempts of a failing task
+    workflow_task_retry_max_ms: int = 600_000

@@ -1,0 +1,67 @@
+"""Deciders: one function per command, `(writer, body) -> Step`. They validate, then write events through the
+writer (which applies them) and return actions. A command that cannot apply becomes a recorded rejection,
+never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ostinato.streams.config import Config
+from ostinato.streams.model import Workflow
+from ostinato.streams.writer import Step, Writer
+
+Record = dict[str, Any]
+Decider = Callable[[Writer, Record], Step]
+
+
+def _deciders() -> dict[str, Decider]:
+    from ostinato.streams.deciders import activities, notifications, signals, start, timers, workflow_task
+
+    c = "ostinato.command."
+    return {
+        c + "StartWorkflowExecution": start.start,
+        c + "SignalWithStartWorkflowExecution": start.signal_with_start,
+        c + "SignalWorkflowExecution": signals.signal,
+        c + "RequestCancelWorkflowExecution": signals.request_cancel,
+        c + "TerminateWorkflowExecution": signals.terminate,
+        c + "QueryWorkflow": signals.query,
+        c + "RespondWorkflowTaskCompleted": workflow_task.completed,
+        c + "RespondWorkflowTaskFailed": workflow_task.failed,
+        c + "RecordActivityTaskStarted": activities.started,
+        c + "RecordActivityTaskHeartbeat": activities.heartbeat,
+        c + "RespondActivityTaskCompleted": activities.completed,
+        c + "RespondActivityTaskFailed": activities.failed,
+        c + "RespondActivityTaskCanceled": activities.canceled,
+        c + "FireTimer": timers.fire,
+        c + "ChildWorkflowExecutionStartedNotification": notifications.child_started,
+        c + "StartChildWorkflowExecutionFailedNotification": notifications.child_start_failed,
+        c + "ChildWorkflowExecutionClosedNotification": notifications.child_closed,
+        c + "ExternalRequestResultNotification": notifications.external_result,
+        c + "ArchivalCompleted": notifications.archival_completed,
+        c + "DeleteWorkflowExecution": notifications.delete,
+    }
+
+
+_DECIDERS: dict[str, Decider] = {}
+
+
+def decide(workflow: Workflow, command: Record, now_ms: int, config: Config) -> Step:
+    """Process one command (an `ostinato.command.Command` record) for `workflow`, at the owner's time `now_ms`.
+
+    `workflow` is changed in place; if this raises (a bug, never bad input), the caller must discard it.
+    """
+    if not _DECIDERS:
+        _DECIDERS.update(_deciders())
+    writer = Writer(workflow, now_ms, config, command)
+    name, body = command["body"]
+    decider = _DECIDERS.get(name)
+    if decider is None:
+        return writer.reject("UNKNOWN_TYPE", f"no decider for {name}")
+    if (command["namespace"], command["workflow_id"]) != (workflow.namespace, workflow.workflow_id):
+        return writer.reject("WRONG_SHARD", "command addressed to another workflow than the one given")
+    step = decider(writer, body)
+    if step.rejection is not None:
+        return step
+    return writer.finish()

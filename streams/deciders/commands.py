@@ -1,0 +1,263 @@
+"""The workflow's commands, carried by a completed workflow task: validated together, then applied in order.
+
+A batch with a bad command fails the task (BAD_COMMAND) before anything is written, so a workflow never sees
+half of what it asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ostinato.streams import events as ev
+from ostinato.streams.actions import DispatchActivityTask, UpsertVisibility
+from ostinato.streams.config import Config
+from ostinato.streams.deciders.common import close_run, new_run_id, send
+from ostinato.streams.model import RunState
+from ostinato.streams.retry import with_defaults
+from ostinato.streams.writer import Writer
+
+Record = dict[str, Any]
+Handler = Callable[[Writer, str, Record, int], None]
+
+_C = "ostinato.command."
+COMPLETE = _C + "CompleteWorkflowExecutionCommand"
+FAIL = _C + "FailWorkflowExecutionCommand"
+CANCEL = _C + "CancelWorkflowExecutionCommand"
+CONTINUE = _C + "ContinueAsNewWorkflowExecutionCommand"
+CLOSING = frozenset({COMPLETE, FAIL, CANCEL, CONTINUE})
+
+
+def validate_commands(run: RunState, commands: list[tuple[str, Record]], config: Config) -> str | None:
+    """Why this batch cannot be applied to `run`, or None."""
+    limits = config.limits
+    activity_ids = {a.activity_id for a in run.activities.values()}
+    timers = set(run.timers)
+    activities = len(run.activities)
+    children = len(run.children)
+    external = len(run.external_requests)
+    for i, (name, c) in enumerate(commands):
+        short = name.removeprefix(_C)
+        if name in CLOSING and i != len(commands) - 1:
+            return f"command {i} ({short}) closes the workflow but is not the last command"
+        if name == _C + "ScheduleActivityTaskCommand":
+            if not c["activity_id"] or not c["activity_type"]:
+                return f"command {i}: activity_id and activity_type are required"
+            if c["activity_id"] in activity_ids:
+                return f"command {i}: activity id {c['activity_id']!r} is already in use"
+            if c["schedule_to_close_timeout_ms"] is None and c["start_to_close_timeout_ms"] is None:
+                return f"command {i}: an activity needs start_to_close_timeout or schedule_to_close_timeout"
+            for field in ("schedule_to_close_timeout_ms", "schedule_to_start_timeout_ms", "start_to_close_timeout_ms",
+                          "heartbeat_timeout_ms"):
+                if c[field] is not None and c[field] <= 0:
+                    return f"command {i}: {field} must be positive"
+            activity_ids.add(c["activity_id"])
+            activities += 1
+            if activities > limits.max_pending_activities:
+                return f"more than {limits.max_pending_activities} pending activities (max_pending_activities)"
+        elif name == _C + "RequestCancelActivityTaskCommand":
+            if c["scheduled_event_id"] not in run.activities:
+                return f"command {i}: no pending activity scheduled at event {c['scheduled_event_id']}"
+        elif name == _C + "StartTimerCommand":
+            if not c["timer_id"] or c["timer_id"] in timers:
+                return f"command {i}: timer id {c['timer_id']!r} is empty or already in use"
+            if c["start_to_fire_timeout_ms"] <= 0:
+                return f"command {i}: start_to_fire_timeout must be positive"
+            timers.add(c["timer_id"])
+        elif name == _C + "CancelTimerCommand":
+            if c["timer_id"] not in timers:
+                return f"command {i}: no timer {c['timer_id']!r} to cancel"
+            timers.discard(c["timer_id"])
+        elif name == _C + "StartChildWorkflowExecutionCommand":
+            if not c["workflow_id"] or not c["workflow_type"]:
+                return f"command {i}: a child needs workflow_id and workflow_type"
+            children += 1
+            if children > limits.max_pending_children:
+                return f"more than {limits.max_pending_children} pending children (max_pending_children)"
+        elif name in (_C + "SignalExternalWorkflowExecutionCommand",
+                      _C + "RequestCancelExternalWorkflowExecutionCommand"):
+            if not c["execution"]["workflow_id"]:
+                return f"command {i}: the target workflow_id is required"
+            external += 1
+            if external > limits.max_pending_external_requests:
+                return (f"more than {limits.max_pending_external_requests} pending external signals and "
+                        "cancellations (max_pending_external_requests)")
+        elif name == _C + "RecordMarkerCommand" and not c["marker_name"]:
+            return f"command {i}: marker_name is required"
+        elif name not in HANDLERS:
+            return f"command {i}: unknown command {name}"
+    return None
+
+
+def schedule_activity(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    run = w.run(run_id)
+    start_to_close = c["start_to_close_timeout_ms"] or c["schedule_to_close_timeout_ms"]
+    schedule_to_start = c["schedule_to_start_timeout_ms"]
+    if schedule_to_start is not None and c["schedule_to_close_timeout_ms"] is not None:
+        schedule_to_start = min(schedule_to_start, c["schedule_to_close_timeout_ms"])
+    event = w.append(run_id, ev.ACTIVITY_TASK_SCHEDULED, {
+        "activity_id": c["activity_id"], "activity_type": c["activity_type"],
+        "task_queue": c["task_queue"] or run.task_queue, "header": c["header"], "input": c["input"],
+        "schedule_to_close_timeout_ms": c["schedule_to_close_timeout_ms"],
+        "schedule_to_start_timeout_ms": schedule_to_start, "start_to_close_timeout_ms": start_to_close,
+        "heartbeat_timeout_ms": c["heartbeat_timeout_ms"], "workflow_task_completed_event_id": completed_id,
+        "retry_policy": with_defaults(c["retry_policy"])})
+    w.act(DispatchActivityTask(run.namespace, run.workflow_id, run_id, event["event_id"], 1))
+
+
+def request_cancel_activity(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    """An activity not running (queued, or between attempts) is canceled at once; a running one is told at
+    its next heartbeat and answers with RespondActivityTaskCanceled."""
+    activity = w.run(run_id).activities[c["scheduled_event_id"]]
+    requested = w.append(run_id, ev.ACTIVITY_TASK_CANCEL_REQUESTED, {
+        "scheduled_event_id": activity.scheduled_event_id, "workflow_task_completed_event_id": completed_id})
+    if activity.started_time_ms is None:
+        w.append(run_id, ev.ACTIVITY_TASK_CANCELED, {
+            "details": [], "latest_cancel_requested_event_id": requested["event_id"],
+            "scheduled_event_id": activity.scheduled_event_id, "started_event_id": 0, "identity": ""})
+
+
+def start_timer(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    w.append(run_id, ev.TIMER_STARTED, {"timer_id": c["timer_id"],
+                                        "start_to_fire_timeout_ms": c["start_to_fire_timeout_ms"],
+                                        "workflow_task_completed_event_id": completed_id})
+
+
+def cancel_timer(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    timer = w.run(run_id).timers[c["timer_id"]]
+    w.append(run_id, ev.TIMER_CANCELED, {"timer_id": timer.timer_id, "started_event_id": timer.started_event_id,
+                                         "workflow_task_completed_event_id": completed_id,
+                                         "identity": w.command["identity"]})
+
+
+def complete(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    close_run(w, run_id, ev.WORKFLOW_EXECUTION_COMPLETED,
+              {"result": c["result"], "workflow_task_completed_event_id": completed_id})
+
+
+def fail(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    close_run(w, run_id, ev.WORKFLOW_EXECUTION_FAILED, {
+        "failure": c["failure"], "retry_state": "RETRY_POLICY_NOT_SET",
+        "workflow_task_completed_event_id": completed_id})
+
+
+def cancel(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    close_run(w, run_id, ev.WORKFLOW_EXECUTION_CANCELED,
+              {"details": c["details"], "workflow_task_completed_event_id": completed_id})
+
+
+def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    """Close this run and start the next one with the same workflow id, carrying over what the command omits."""
+    from ostinato.streams.deciders.start import start_run
+
+    run = w.run(run_id)
+    new_id = new_run_id(run.namespace, run.workflow_id, run_id, "continued")
+    memo = run.memo if c["memo"] is None else c["memo"]
+    search_attributes = run.search_attributes if c["search_attributes"] is None else c["search_attributes"]
+    workflow_type = c["workflow_type"] or run.workflow_type
+    task_queue = c["task_queue"] or run.task_queue
+    task_timeout = c["task_timeout_ms"] or run.task_timeout_ms
+    run_timeout = c["run_timeout_ms"]
+    if run_timeout is None and run.run_expiration_time_ms is not None:
+        run_timeout = run.run_expiration_time_ms - run.start_time_ms
+    carried = {"parent": run.parent, "first": run.first_execution_run_id, "expires": run.execution_expiration_time_ms,
+               "request": w.workflow.current.start_request_id if w.workflow.current else "", "retry": run.retry_policy}
+    close_run(w, run_id, ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW, {
+        "new_execution_run_id": new_id, "workflow_type": workflow_type, "task_queue": task_queue,
+        "input": c["input"], "run_timeout_ms": run_timeout, "task_timeout_ms": task_timeout,
+        "backoff_start_interval_ms": c["backoff_start_interval_ms"], "initiator": "WORKFLOW", "header": c["header"],
+        "memo": memo, "search_attributes": search_attributes, "workflow_task_completed_event_id": completed_id})
+    start_run(w, new_id, {
+        "workflow_type": workflow_type, "task_queue": task_queue, "input": c["input"], "execution_timeout_ms": None,
+        "run_timeout_ms": run_timeout, "task_timeout_ms": task_timeout,
+        "retry_policy": c["retry_policy"] or carried["retry"], "memo": dict(memo),
+        "search_attributes": dict(search_attributes), "header": c["header"], "parent": carried["parent"],
+        "first_execution_run_id": carried["first"], "continued_execution_run_id": run_id,
+        "execution_expiration_time_ms": carried["expires"], "identity": w.command["identity"],
+        "request_id": carried["request"]})
+
+
+def start_child(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    run = w.run(run_id)
+    namespace = c["namespace"] or run.namespace
+    policy = c["parent_close_policy"] if c["parent_close_policy"] != "UNSPECIFIED" else "TERMINATE"
+    task_queue = c["task_queue"] or run.task_queue
+    task_timeout = c["task_timeout_ms"] or run.task_timeout_ms
+    event = w.append(run_id, ev.START_CHILD_WORKFLOW_EXECUTION_INITIATED, {
+        "namespace": namespace, "workflow_id": c["workflow_id"], "workflow_type": c["workflow_type"],
+        "task_queue": task_queue, "input": c["input"], "execution_timeout_ms": c["execution_timeout_ms"],
+        "run_timeout_ms": c["run_timeout_ms"], "task_timeout_ms": task_timeout, "parent_close_policy": policy,
+        "workflow_task_completed_event_id": completed_id, "id_reuse_policy": c["id_reuse_policy"],
+        "retry_policy": c["retry_policy"], "header": c["header"], "memo": c["memo"],
+        "search_attributes": c["search_attributes"]})
+    send(w, namespace, c["workflow_id"], "", f"{run_id}/child/{event['event_id']}", (
+        "ostinato.command.StartWorkflowExecution", {
+            "workflow_type": c["workflow_type"], "task_queue": task_queue, "input": c["input"],
+            "execution_timeout_ms": c["execution_timeout_ms"], "run_timeout_ms": c["run_timeout_ms"],
+            "task_timeout_ms": task_timeout, "id_reuse_policy": c["id_reuse_policy"], "id_conflict_policy": "FAIL",
+            "retry_policy": c["retry_policy"], "memo": c["memo"], "search_attributes": c["search_attributes"],
+            "header": c["header"], "parent": {
+                "namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run_id,
+                "initiated_event_id": event["event_id"], "parent_close_policy": policy}}))
+
+
+def _external(w: Writer, run_id: str, c: Record, completed_id: int, event_type: str,
+              body: tuple[str, Record], extra: Record) -> None:
+    run = w.run(run_id)
+    namespace = c["namespace"] or run.namespace
+    event = w.append(run_id, event_type, {
+        "workflow_task_completed_event_id": completed_id, "namespace": namespace, "workflow_execution": c["execution"],
+        "child_workflow_only": c["child_workflow_only"], **extra})
+    origin = {"namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run_id,
+              "initiated_event_id": event["event_id"], "child_workflow_only": c["child_workflow_only"]}
+    target = c["execution"]
+    send(w, namespace, target["workflow_id"], target["run_id"], f"{run_id}/external/{event['event_id']}",
+         (body[0], {**body[1], "external": origin}))
+
+
+def signal_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    _external(w, run_id, c, completed_id, ev.SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+              ("ostinato.command.SignalWorkflowExecution",
+               {"signal_name": c["signal_name"], "input": c["input"], "header": c["header"]}),
+              {"signal_name": c["signal_name"], "input": c["input"], "header": c["header"]})
+
+
+def cancel_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    _external(w, run_id, c, completed_id, ev.REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+              ("ostinato.command.RequestCancelWorkflowExecution", {"reason": c["reason"]}), {"reason": c["reason"]})
+
+
+def record_marker(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    w.append(run_id, ev.MARKER_RECORDED, {"marker_name": c["marker_name"], "details": c["details"],
+                                          "workflow_task_completed_event_id": completed_id, "header": c["header"],
+                                          "failure": c["failure"]})
+
+
+def upsert_search_attributes(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    w.append(run_id, ev.UPSERT_WORKFLOW_SEARCH_ATTRIBUTES, {"workflow_task_completed_event_id": completed_id,
+                                                            "search_attributes": c["search_attributes"]})
+    w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))
+
+
+def modify_properties(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    w.append(run_id, ev.WORKFLOW_PROPERTIES_MODIFIED, {"workflow_task_completed_event_id": completed_id,
+                                                       "upserted_memo": c["upserted_memo"]})
+    w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))
+
+
+HANDLERS: dict[str, Handler] = {
+    _C + "ScheduleActivityTaskCommand": schedule_activity,
+    _C + "RequestCancelActivityTaskCommand": request_cancel_activity,
+    _C + "StartTimerCommand": start_timer,
+    _C + "CancelTimerCommand": cancel_timer,
+    COMPLETE: complete,
+    FAIL: fail,
+    CANCEL: cancel,
+    CONTINUE: continue_as_new,
+    _C + "StartChildWorkflowExecutionCommand": start_child,
+    _C + "SignalExternalWorkflowExecutionCommand": signal_external,
+    _C + "RequestCancelExternalWorkflowExecutionCommand": cancel_external,
+    _C + "RecordMarkerCommand": record_marker,
+    _C + "UpsertWorkflowSearchAttributesCommand": upsert_search_attributes,
+    _C + "ModifyWorkflowPropertiesCommand": modify_properties,
+}

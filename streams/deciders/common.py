@@ -1,0 +1,143 @@
+"""What several deciders do alike: find the run a command is for, schedule workflow tasks, close runs."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ostinato.streams import events as ev
+from ostinato.streams.actions import Archive, DispatchWorkflowTask, SendCommand, UpsertVisibility
+from ostinato.streams.model import RunState, WorkflowTaskState
+from ostinato.streams.writer import Writer
+
+Record = dict[str, Any]
+
+SHARD_IDENTITY = "ostinato"
+
+
+def new_run_id(*seed: str) -> str:
+    """A run id derived from what caused the run, so deciding twice on the same input gives the same id."""
+    digest = hashlib.sha256("\x1f".join(seed).encode()).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def addressed_run(w: Writer) -> RunState | None:
+    """The run a command names, or the current run when it names none."""
+    wf = w.workflow
+    run_id = w.command["run_id"] or (wf.current.run_id if wf.current else "")
+    return wf.runs.get(run_id)
+
+
+def task_run(w: Writer) -> RunState | None:
+    """The run a task answer is for: it must name it, so an answer never lands on a later run."""
+    return w.workflow.runs.get(w.command["run_id"]) if w.command["run_id"] else None
+
+
+def schedule_workflow_task(w: Writer, run_id: str, attempt: int = 1) -> None:
+    """Schedule and dispatch a workflow task, unless one is in flight or the run is closed.
+
+    The started event is written at dispatch: the task travels through Kafka, so no separate "started" report
+    comes back, and its start-to-close timeout counts from here.
+    """
+    run = w.run(run_id)
+    if not run.open or run.workflow_task is not None:
+        return
+    scheduled = w.append(run_id, ev.WORKFLOW_TASK_SCHEDULED, {
+        "task_queue": run.task_queue, "start_to_close_timeout_ms": run.task_timeout_ms, "attempt": attempt})
+    length = run.history_length + 1
+    started = w.append(run_id, ev.WORKFLOW_TASK_STARTED, {
+        "scheduled_event_id": scheduled["event_id"], "history_length": length,
+        "suggest_continue_as_new": length >= w.config.limits.history_warn_events})
+    w.act(DispatchWorkflowTask(run.namespace, run.workflow_id, run_id, run.task_queue, scheduled["event_id"],
+                               started["event_id"], attempt, run.last_workflow_task_started_event_id, False))
+
+
+def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
+    """Retry a failed or timed-out workflow task without writing its scheduled/started events.
+
+    The second attempt goes out at once; later ones back off exponentially, so a workflow waiting for fixed code
+    neither spins nor grows its history. The task's event ids are reserved at the end of history.
+    """
+    run = w.edit(run_id)
+    if not run.open:
+        return
+    delay = 0
+    if attempt > 2:
+        cfg = w.config
+        delay = min(cfg.workflow_task_retry_initial_ms * 2 ** (attempt - 3), cfg.workflow_task_retry_max_ms)
+    run.workflow_task = WorkflowTaskState(
+        scheduled_event_id=run.next_event_id, started_event_id=run.next_event_id + 1, attempt=attempt,
+        task_queue=run.task_queue, scheduled_time_ms=w.now_ms, started_time_ms=w.now_ms + delay,
+        timeout_ms=run.task_timeout_ms, transient=True, retry_at_ms=w.now_ms + delay if delay else None,
+    )
+    if not delay:
+        dispatch_transient(w, run)
+
+
+def dispatch_transient(w: Writer, run: RunState) -> None:
+    task = run.workflow_task
+    assert task is not None
+    w.act(DispatchWorkflowTask(run.namespace, run.workflow_id, run.run_id, task.task_queue, task.scheduled_event_id,
+                               task.started_event_id, task.attempt, run.last_workflow_task_started_event_id, True))
+
+
+def wake(w: Writer, run_id: str) -> None:
+    """Something new for the workflow: a task now, or (if one is running) right after it (the applier noted it)."""
+    run = w.run(run_id)
+    if run.open and run.workflow_task is None:
+        schedule_workflow_task(w, run_id)
+
+
+def send(w: Writer, namespace: str, workflow_id: str, run_id: str, request_id: str, body: tuple[str, Record]) -> None:
+    """A command for another workflow, produced in this transaction to that workflow's shard."""
+    w.act(SendCommand({
+        "namespace": namespace, "workflow_id": workflow_id, "run_id": run_id, "request_id": request_id,
+        "identity": SHARD_IDENTITY, "time_ms": w.now_ms, "reply_partition": None, "body": body,
+    }))
+
+
+def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
+    """Close a run: the close event, then what closing means for its children, its parent and visibility."""
+    run = w.run(run_id)
+    children = list(run.children.values())
+    parent = run.parent
+    w.append(run_id, event_type, attrs)
+    w.act(UpsertVisibility(run.namespace, run.workflow_id, run_id))
+    if w.config.archive:
+        w.act(Archive(run.namespace, run.workflow_id, run_id))
+    for child in children:
+        request = f"{run_id}/close/{child.initiated_event_id}"
+        if child.parent_close_policy == "REQUEST_CANCEL":
+            send(w, child.namespace, child.workflow_id, child.run_id, request, (
+                "ostinato.command.RequestCancelWorkflowExecution",
+                {"reason": "parent closed (parent close policy REQUEST_CANCEL)", "external": None}))
+        elif child.parent_close_policy != "ABANDON":  # TERMINATE, the default
+            send(w, child.namespace, child.workflow_id, child.run_id, request, (
+                "ostinato.command.TerminateWorkflowExecution",
+                {"reason": "parent closed (parent close policy TERMINATE)", "details": []}))
+    if parent is not None and event_type != ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+        notify_parent_of_close(w, run, parent, event_type, attrs)
+
+
+def notify_parent_of_close(w: Writer, run: RunState, parent: Record, event_type: str, attrs: Record) -> None:
+    status = ev.CLOSE_STATUS[event_type]
+    send(w, parent["namespace"], parent["workflow_id"], parent["run_id"], f"{run.run_id}/closed", (
+        "ostinato.command.ChildWorkflowExecutionClosedNotification", {
+            "initiated_event_id": parent["initiated_event_id"],
+            "child": {"workflow_id": run.workflow_id, "run_id": run.run_id},
+            "workflow_type": run.workflow_type, "status": status,
+            "result": attrs.get("result", []) if status == "COMPLETED" else [],
+            "failure": attrs.get("failure") if status == "FAILED" else None,
+            "retry_state": attrs.get("retry_state", "UNSPECIFIED"),
+        }))
+
+
+def enforce_history_limit(w: Writer, run_id: str) -> None:
+    """Terminate a run whose history reached the hard cap, saying why (continue-as-new avoids it)."""
+    run = w.run(run_id)
+    cap = w.config.limits.history_max_events
+    if run.open and run.history_length >= cap:
+        close_run(w, run_id, ev.WORKFLOW_EXECUTION_TERMINATED, {
+            "reason": f"history reached {run.history_length} events, the limit is {cap} (history_max_events); "
+                      "use continue-as-new to keep long-running workflows small",
+            "identity": SHARD_IDENTITY})

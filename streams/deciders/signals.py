@@ -1,0 +1,98 @@
+"""Deciders of what clients and other workflows ask of a running workflow: signal, cancel, terminate, query."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ostinato.streams import events as ev
+from ostinato.streams.actions import DispatchQueryTask
+from ostinato.streams.deciders.common import addressed_run, close_run, send, wake
+from ostinato.streams.model import RunState
+from ostinato.streams.writer import Step, Writer
+
+Record = dict[str, Any]
+
+
+def _not_running(w: Writer, run: RunState | None, external: Record | None, kind: str) -> Step:
+    if external is not None:
+        _tell_origin(w, external, kind, failed_cause="EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND")
+    if run is None:
+        return w.reject("NOT_FOUND", f"workflow {w.workflow.workflow_id} (run {w.command['run_id'] or 'current'}) "
+                                     "does not exist")
+    return w.reject("ALREADY_CLOSED", f"run {run.run_id} of {run.workflow_id} is {run.status}", run.run_id)
+
+
+def _tell_origin(w: Writer, external: Record, kind: str, failed_cause: str | None) -> None:
+    """Tell the workflow that sent a signal or cancel whether it arrived."""
+    send(w, external["namespace"], external["workflow_id"], external["run_id"],
+         f"{w.command['request_id']}/result", (
+             "ostinato.command.ExternalRequestResultNotification", {
+                 "initiated_event_id": external["initiated_event_id"], "kind": kind,
+                 "target": {"workflow_id": w.workflow.workflow_id, "run_id": w.command["run_id"]},
+                 "failed_cause": failed_cause}))
+
+
+def signal(w: Writer, body: Record) -> Step:
+    run = addressed_run(w)
+    if run is None or not run.open:
+        return _not_running(w, run, body["external"], "SIGNAL")
+    return deliver_signal(w, run, {"signal_name": body["signal_name"], "input": body["input"],
+                                   "header": body["header"]}, body["external"])
+
+
+def deliver_signal(w: Writer, run: RunState, signal: Record, external: Record | None) -> Step:
+    cmd = w.command
+    if cmd["request_id"] in run.recent_request_ids:
+        w.accept(run.run_id)  # a retried signal: applied once already
+        return w.step
+    if run.signal_count >= w.config.limits.max_signals:
+        if external is not None:
+            _tell_origin(w, external, "SIGNAL", failed_cause="UNSPECIFIED")
+        return w.reject("LIMIT_EXCEEDED", f"run {run.run_id} has received {run.signal_count} signals, the limit "
+                                          "(max_signals); continue-as-new starts a fresh count")
+    w.append(run.run_id, ev.WORKFLOW_EXECUTION_SIGNALED, {
+        **signal, "identity": cmd["identity"], "external": external, "request_id": cmd["request_id"]})
+    wake(w, run.run_id)
+    w.accept(run.run_id)
+    if external is not None:
+        _tell_origin(w, external, "SIGNAL", failed_cause=None)
+    return w.step
+
+
+def request_cancel(w: Writer, body: Record) -> Step:
+    run = addressed_run(w)
+    external = body["external"]
+    if run is None or not run.open:
+        return _not_running(w, run, external, "CANCEL")
+    if not run.cancel_requested:
+        w.append(run.run_id, ev.WORKFLOW_EXECUTION_CANCEL_REQUESTED, {
+            "reason": body["reason"], "external": external, "identity": w.command["identity"],
+            "request_id": w.command["request_id"]})
+        wake(w, run.run_id)
+    w.accept(run.run_id)
+    if external is not None:
+        _tell_origin(w, external, "CANCEL", failed_cause=None)
+    return w.step
+
+
+def terminate(w: Writer, body: Record) -> Step:
+    run = addressed_run(w)
+    if run is None or not run.open:
+        return _not_running(w, run, None, "CANCEL")
+    close_run(w, run.run_id, ev.WORKFLOW_EXECUTION_TERMINATED, {
+        "reason": body["reason"], "details": body["details"], "identity": w.command["identity"],
+        "request_id": w.command["request_id"]})
+    w.accept(run.run_id)
+    return w.step
+
+
+def query(w: Writer, body: Record) -> Step:
+    run = addressed_run(w)
+    if run is None:
+        return w.reject("NOT_FOUND", f"workflow {w.workflow.workflow_id} does not exist")
+    partition = w.command["reply_partition"]
+    if partition is None:
+        return w.reject("INVALID_ARGUMENT", "a query needs reply_partition: its answer is the whole point")
+    w.act(DispatchQueryTask(run.namespace, run.workflow_id, run.run_id, run.task_queue, w.command["request_id"],
+                            partition, body))
+    return w.step

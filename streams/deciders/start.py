@@ -1,0 +1,120 @@
+"""Deciders that start runs: start, signal-with-start, and the id reuse and conflict policies between them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ostinato.streams import events as ev
+from ostinato.streams.actions import UpsertVisibility
+from ostinato.streams.deciders.common import close_run, new_run_id, schedule_workflow_task, send
+from ostinato.streams.writer import Step, Writer
+
+Record = dict[str, Any]
+
+_FAILED_ONLY_ALLOWED = frozenset({"FAILED", "CANCELED", "TERMINATED", "TIMED_OUT"})
+
+
+def start(w: Writer, body: Record) -> Step:
+    return _start(w, body, signal=None)
+
+
+def signal_with_start(w: Writer, body: Record) -> Step:
+    from ostinato.streams.deciders.signals import deliver_signal
+
+    current = w.workflow.current_run()
+    signal = {"signal_name": body["signal_name"], "input": body["signal_input"], "header": body["signal_header"]}
+    if current is not None and current.open:
+        return deliver_signal(w, current, signal, external=None)
+    return _start(w, body["start"], signal=signal)
+
+
+def _reuse_forbidden(reuse: str, closed_status: str) -> bool:
+    if reuse == "REJECT_DUPLICATE":
+        return True
+    return reuse == "ALLOW_DUPLICATE_FAILED_ONLY" and closed_status not in _FAILED_ONLY_ALLOWED
+
+
+def _invalid(body: Record) -> str | None:
+    if not body["workflow_type"]:
+        return "workflow_type is required"
+    if not body["task_queue"]:
+        return "task_queue is required"
+    for name in ("execution_timeout_ms", "run_timeout_ms"):
+        if body[name] is not None and body[name] <= 0:
+            return f"{name} must be positive"
+    if body["task_timeout_ms"] < 0:
+        return "task_timeout_ms must not be negative"
+    return None
+
+
+def _start(w: Writer, body: Record, signal: Record | None) -> Step:
+    wf, cmd = w.workflow, w.command
+    parent = body["parent"]
+    current = wf.current
+    if current is not None and current.start_request_id == cmd["request_id"]:
+        w.reply(("ostinato.reply.WorkflowStarted", {"run_id": current.run_id, "started": True}))  # a retried start
+        return w.step
+    if (problem := _invalid(body)) is not None:
+        return _refuse(w, body, "INVALID_ARGUMENT", problem)
+    reuse = body["id_reuse_policy"] if body["id_reuse_policy"] != "UNSPECIFIED" else "ALLOW_DUPLICATE"
+    conflict = body["id_conflict_policy"] if body["id_conflict_policy"] != "UNSPECIFIED" else "FAIL"
+    if reuse == "TERMINATE_IF_RUNNING":
+        conflict = "TERMINATE_EXISTING"
+    if current is not None and current.status == "RUNNING":
+        if conflict == "USE_EXISTING" and parent is None:
+            w.reply(("ostinato.reply.WorkflowStarted", {"run_id": current.run_id, "started": False}))
+            return w.step
+        if conflict != "TERMINATE_EXISTING":
+            return _refuse(w, body, "ALREADY_STARTED",
+                           f"workflow {wf.workflow_id} is already running as run {current.run_id}", current.run_id)
+        close_run(w, current.run_id, ev.WORKFLOW_EXECUTION_TERMINATED, {
+            "reason": "terminated by a new start (id conflict policy)", "identity": cmd["identity"],
+            "request_id": cmd["request_id"]})
+    elif current is not None and _reuse_forbidden(reuse, current.status):
+        return _refuse(w, body, "ALREADY_STARTED", f"workflow {wf.workflow_id} already ran ({current.status}) and "
+                                                   f"the id reuse policy {reuse} forbids another run", current.run_id)
+    run_id = new_run_id(wf.namespace, wf.workflow_id, cmd["request_id"])
+    now = w.now_ms
+    timeout = body["task_timeout_ms"] or w.config.default_task_timeout_ms
+    start_run(w, run_id, {
+        "workflow_type": body["workflow_type"], "task_queue": body["task_queue"], "input": body["input"],
+        "execution_timeout_ms": body["execution_timeout_ms"], "run_timeout_ms": body["run_timeout_ms"],
+        "task_timeout_ms": min(timeout, w.config.max_task_timeout_ms), "retry_policy": body["retry_policy"],
+        "memo": body["memo"], "search_attributes": body["search_attributes"], "header": body["header"],
+        "parent": parent, "first_execution_run_id": run_id,
+        "execution_expiration_time_ms": None if body["execution_timeout_ms"] is None
+        else now + body["execution_timeout_ms"],
+        "identity": cmd["identity"], "request_id": cmd["request_id"],
+    }, signal)
+    w.reply(("ostinato.reply.WorkflowStarted", {"run_id": run_id, "started": True}))
+    if parent is not None:
+        send(w, parent["namespace"], parent["workflow_id"], parent["run_id"], f"{run_id}/started", (
+            "ostinato.command.ChildWorkflowExecutionStartedNotification", {
+                "initiated_event_id": parent["initiated_event_id"],
+                "child": {"workflow_id": wf.workflow_id, "run_id": run_id}, "workflow_type": body["workflow_type"]}))
+    return w.step
+
+
+def start_run(w: Writer, run_id: str, attrs: Record, signal: Record | None = None) -> None:
+    """Write a run's first events and dispatch its first workflow task."""
+    w.append(run_id, ev.WORKFLOW_EXECUTION_STARTED, attrs)
+    if signal is not None:
+        w.append(run_id, ev.WORKFLOW_EXECUTION_SIGNALED, {**signal, "identity": w.command["identity"],
+                                                          "request_id": w.command["request_id"]})
+    schedule_workflow_task(w, run_id)
+    w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))
+
+
+def _refuse(w: Writer, body: Record, code: str, message: str, existing_run_id: str = "") -> Step:
+    parent = body["parent"]
+    if parent is not None:  # the parent waits for word of its child, not a reply
+        send(w, parent["namespace"], parent["workflow_id"], parent["run_id"],
+             f"{w.command['request_id']}/start-failed", (
+                 "ostinato.command.StartChildWorkflowExecutionFailedNotification", {
+                     "initiated_event_id": parent["initiated_event_id"], "workflow_id": w.workflow.workflow_id,
+                     "workflow_type": body["workflow_type"],
+                     "cause": "WORKFLOW_ALREADY_EXISTS" if code == "ALREADY_STARTED" else "UNSPECIFIED"}))
+        rejected = {"code": code, "message": message, "existing_run_id": existing_run_id}
+        w.step.rejection = rejected
+        return w.step
+    return w.reject(code, message, existing_run_id)

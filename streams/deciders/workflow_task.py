@@ -1,0 +1,93 @@
+"""Deciders of workflow task answers: completed (with the workflow's commands) and failed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ostinato.streams import events as ev
+from ostinato.streams.deciders.commands import CLOSING, HANDLERS, validate_commands
+from ostinato.streams.deciders.common import schedule_transient_task, schedule_workflow_task, task_run
+from ostinato.streams.failures import failure as make_failure
+from ostinato.streams.model import RunState
+from ostinato.streams.writer import Step, Writer
+
+Record = dict[str, Any]
+
+
+def _current_task(w: Writer, body: Record) -> RunState | Step:
+    """The run whose in-flight task this answer is for, or the rejection of a stale or duplicate answer."""
+    run = task_run(w)
+    if run is None:
+        return w.reject("NOT_FOUND", f"no run {w.command['run_id']!r} of workflow {w.workflow.workflow_id}")
+    task = run.workflow_task
+    if (not run.open or task is None or task.retry_at_ms is not None
+            or task.scheduled_event_id != body["scheduled_event_id"] or task.attempt != body["attempt"]):
+        return w.reject("STALE_TASK", f"workflow task {body['scheduled_event_id']} attempt {body['attempt']} of run "
+                                      f"{run.run_id} is not the one in flight")
+    return run
+
+
+def completed(w: Writer, body: Record) -> Step:
+    found = _current_task(w, body)
+    if isinstance(found, Step):
+        return found
+    run = found
+    task = run.workflow_task
+    assert task is not None
+    commands = body["commands"]
+    problem = validate_commands(run, commands, w.config)
+    if problem is None and task.new_events_while_started and any(name in CLOSING for name, _ in commands):
+        fail_task(w, run, "UNHANDLED_COMMAND", "new events arrived while the task ran; the workflow must see them "
+                                               "before it closes")
+        return w.step
+    if problem is not None:
+        fail_task(w, run, "BAD_COMMAND", problem)
+        return w.step
+    more_to_see = task.new_events_while_started
+    if task.transient:
+        w.materialize_transient_task(run.run_id)
+    done = w.append(run.run_id, ev.WORKFLOW_TASK_COMPLETED, {
+        "scheduled_event_id": task.scheduled_event_id, "started_event_id": task.started_event_id,
+        "identity": w.command["identity"], "build_id": body["build_id"], "sdk_flags": body["sdk_flags"]})
+    for name, attrs in commands:
+        HANDLERS[name](w, run.run_id, attrs, done["event_id"])
+    if more_to_see or body["force_create_new_task"]:
+        schedule_workflow_task(w, run.run_id)
+    w.accept(run.run_id)
+    return w.step
+
+
+def failed(w: Writer, body: Record) -> Step:
+    found = _current_task(w, body)
+    if isinstance(found, Step):
+        return found
+    fail_task(w, found, body["cause"], body["failure"])
+    w.accept(found.run_id)
+    return w.step
+
+
+def fail_task(w: Writer, run: RunState, cause: str, failure: Record | str) -> None:
+    """Record the first failure of a task in history; retry it transiently, with backoff from the third attempt."""
+    if isinstance(failure, str):
+        failure = make_failure(failure)
+    task = run.workflow_task
+    assert task is not None
+    if task.transient:
+        w.edit(run.run_id).workflow_task = None
+    else:
+        w.append(run.run_id, ev.WORKFLOW_TASK_FAILED, {
+            "scheduled_event_id": task.scheduled_event_id, "started_event_id": task.started_event_id,
+            "cause": cause, "failure": failure, "identity": w.command["identity"]})
+    schedule_transient_task(w, run.run_id, task.attempt + 1)
+
+
+def timed_out(w: Writer, run: RunState) -> None:
+    task = run.workflow_task
+    assert task is not None
+    if task.transient:
+        w.edit(run.run_id).workflow_task = None
+    else:
+        w.append(run.run_id, ev.WORKFLOW_TASK_TIMED_OUT, {
+            "scheduled_event_id": task.scheduled_event_id, "started_event_id": task.started_event_id,
+            "timeout_type": "START_TO_CLOSE"})
+    schedule_transient_task(w, run.run_id, task.attempt + 1)

@@ -1,0 +1,137 @@
+"""The step writer: appending an event applies it, so deciding and replaying share one code path.
+
+A decider validates first and then writes; it never mutates state except through `append` (history) and
+`edit` (attempt state kept out of history). The writer collects the events, the actions and the set of changed
+runs, and at the end derives the timer actions from how each run's deadlines moved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ostinato.streams import events as ev
+from ostinato.streams.actions import Action, CancelTimer, Reply, ScheduleTimer
+from ostinato.streams.appliers import CURRENT_VERSION, apply
+from ostinato.streams.config import Config
+from ostinato.streams.deadlines import deadlines
+from ostinato.streams.model import RunState, Workflow
+
+Record = dict[str, Any]
+
+
+@dataclass
+class Step:
+    """What one command did: events per run, in order; actions; or the rejection that changed nothing."""
+
+    events: list[tuple[str, Record]] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    rejection: Record | None = None  # an ostinato.reply.Rejected record
+    changed_runs: list[str] = field(default_factory=list)
+    pointer_changed: bool = False
+
+
+class Writer:
+    def __init__(self, workflow: Workflow, now_ms: int, config: Config, command: Record) -> None:
+        self.workflow = workflow
+        self.now_ms = now_ms
+        self.config = config
+        self.command = command
+        self.step = Step()
+        self._before: dict[str, set[Any]] = {}
+        self._pointer = _pointer_key(workflow)
+        self._lost_transient: dict[str, int] = {}  # run id -> attempt of a transient task invalidated by an event
+
+    # -- state ---------------------------------------------------------------------------------------------------
+
+    def run(self, run_id: str) -> RunState:
+        return self.workflow.runs[run_id]
+
+    def edit(self, run_id: str) -> RunState:
+        """The run, for a change that is not an event (attempt state); call before changing it."""
+        self._remember(run_id)
+        return self.workflow.runs[run_id]
+
+    def append(self, run_id: str, event_type: str, attrs: Record) -> Record:
+        """Write one event to run `run_id`'s history and apply it."""
+        run = self.workflow.runs.get(run_id)
+        self._remember(run_id)
+        if run is not None and run.workflow_task is not None and run.workflow_task.transient:
+            # The transient task's ids were reserved at the end of history; this event takes them. The task is
+            # now stale, and a real one is scheduled when the command is done (see `finish`).
+            self._lost_transient[run_id] = run.workflow_task.attempt
+            run.workflow_task = None
+        event = ev.make_event(event_type, run.next_event_id if run else 1, self.now_ms, attrs,
+                              CURRENT_VERSION[event_type])
+        apply(self.workflow, run_id, event)
+        self.step.events.append((run_id, event))
+        return event
+
+    def materialize_transient_task(self, run_id: str) -> None:
+        """Write the scheduled/started events of the transient task being completed, under the ids it was given."""
+        run = self.edit(run_id)
+        task = run.workflow_task
+        assert task is not None and task.transient
+        run.workflow_task = None
+        self.append(run_id, ev.WORKFLOW_TASK_SCHEDULED, {
+            "task_queue": task.task_queue, "start_to_close_timeout_ms": task.timeout_ms, "attempt": task.attempt})
+        self.append(run_id, ev.WORKFLOW_TASK_STARTED, {"scheduled_event_id": task.scheduled_event_id})
+
+    def _remember(self, run_id: str) -> None:
+        if run_id not in self._before:
+            run = self.workflow.runs.get(run_id)
+            self._before[run_id] = deadlines(run, self.config) if run is not None else set()
+            self.step.changed_runs.append(run_id)
+
+    # -- actions and answers -------------------------------------------------------------------------------------
+
+    def act(self, action: Action) -> None:
+        self.step.actions.append(action)
+
+    def reply(self, body: tuple[str, Record]) -> None:
+        """Answer the command's sender, if it waits for an answer."""
+        partition = self.command.get("reply_partition")
+        if partition is not None:
+            self.act(Reply(self.command["request_id"], partition, self.command["namespace"],
+                           self.command["workflow_id"], body))
+
+    def reject(self, code: str, message: str, existing_run_id: str = "") -> Step:
+        """Change nothing, record why, and tell the sender."""
+        assert not self.step.events, "deciders validate before they write"
+        rejected = {"code": code, "message": message, "existing_run_id": existing_run_id}
+        self.step.rejection = rejected
+        self.reply(("ostinato.reply.Rejected", rejected))
+        return self.step
+
+    def accept(self, run_id: str = "", cancel_requested: bool = False) -> None:
+        self.reply(("ostinato.reply.Accepted", {"run_id": run_id, "cancel_requested": cancel_requested}))
+
+    # -- the end of a command --------------------------------------------------------------------------------------
+
+    def finish(self) -> Step:
+        from ostinato.streams.deciders.common import enforce_history_limit, schedule_workflow_task
+
+        for run_id, attempt in self._lost_transient.items():
+            run = self.workflow.runs.get(run_id)
+            if run is not None and run.open and run.workflow_task is None:
+                schedule_workflow_task(self, run_id, attempt=attempt)
+        for run_id in list(self._before):
+            if run_id in self.workflow.runs:
+                enforce_history_limit(self, run_id)
+        for run_id, before in self._before.items():
+            run = self.workflow.runs.get(run_id)
+            after = deadlines(run, self.config) if run is not None else set()
+            ns, wf = self.workflow.namespace, self.workflow.workflow_id
+            self.step.actions.extend(CancelTimer(ns, wf, d) for d in sorted(before - after, key=_order))
+            self.step.actions.extend(ScheduleTimer(ns, wf, d) for d in sorted(after - before, key=_order))
+        self.step.pointer_changed = _pointer_key(self.workflow) != self._pointer
+        return self.step
+
+
+def _order(deadline: Any) -> tuple[int, str, str, int]:
+    return (deadline.fire_at_ms, deadline.kind, deadline.timer_id, deadline.scheduled_event_id)
+
+
+def _pointer_key(workflow: Workflow) -> tuple[Any, ...] | None:
+    c = workflow.current
+    return None if c is None else (c.run_id, c.status, c.start_request_id, c.close_time_ms)
