@@ -46,6 +46,8 @@ def apply(workflow: Workflow, run_id: str, event: Record) -> None:
     if fn is None:
         raise ReplayError(f"no applier for {key[0]} version {key[1]}")
     run = workflow.runs.get(run_id)
+    if run is None and key[0] != "WORKFLOW_EXECUTION_STARTED":
+        raise ReplayError(f"run {run_id}: {key[0]} (event {event['event_id']}) does not follow a started event")
     expected = run.next_event_id if run is not None else 1
     if event["event_id"] != expected:
         raise ReplayError(f"run {run_id}: event {event['event_id']} ({key[0]}) does not follow event {expected - 1}")
