@@ -14,6 +14,7 @@ Record = dict[str, Any]
 EVENT_TYPE_FIELD = 2  # position of event_type in HistoryEvent
 
 
+@cache
 def attributes_type(event_type: str) -> str:
     """`TIMER_FIRED` -> `ostinato.history.TimerFiredEventAttributes` (the schema keeps the two in step)."""
     return "ostinato.history." + "".join(w.capitalize() for w in event_type.split("_")) + "EventAttributes"
