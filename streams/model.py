@@ -127,7 +127,7 @@ class RunState:
     memo: PayloadMap = field(default_factory=dict)
     patches: list[str] = field(default_factory=list)
     recent_request_ids: list[str] = field(default_factory=list)
-    archive_uri: str = ""
+    archive_uri: str = field(default="", metadata=EPHEMERAL)  # learned after the close event, never in history
 
     @property
     def open(self) -> bool:

@@ -63,19 +63,30 @@ class Writer:
             run.workflow_task = None
         event = ev.make_event(event_type, run.next_event_id if run else 1, self.now_ms, attrs,
                               CURRENT_VERSION[event_type])
-        apply(self.workflow, run_id, event)
-        self.step.events.append((run_id, event))
+        self._write(run_id, event)
         return event
 
+    def _write(self, run_id: str, event: Record) -> None:
+        apply(self.workflow, run_id, event)
+        self.step.events.append((run_id, event))
+
     def materialize_transient_task(self, run_id: str) -> None:
-        """Write the scheduled/started events of the transient task being completed, under the ids it was given."""
+        """Write the scheduled/started events of the transient task being completed, exactly as the worker saw
+        them in the task (ids, times and attributes), so live processing and replay agree."""
+        from ostinato.streams.deciders.common import transient_task_events
+
         run = self.edit(run_id)
         task = run.workflow_task
         assert task is not None and task.transient
+        scheduled, started = transient_task_events(run, self.config)
         run.workflow_task = None
-        self.append(run_id, ev.WORKFLOW_TASK_SCHEDULED, {
-            "task_queue": task.task_queue, "start_to_close_timeout_ms": task.timeout_ms, "attempt": task.attempt})
-        self.append(run_id, ev.WORKFLOW_TASK_STARTED, {"scheduled_event_id": task.scheduled_event_id})
+        self._write(run_id, scheduled)
+        self._write(run_id, started)
+
+    def lost_transient_attempt(self, run_id: str) -> int:
+        """The attempt of a transient task an event invalidated in this command (1 if none): the next task
+        continues that count, so a failing workflow keeps its backoff when a signal arrives."""
+        return self._lost_transient.get(run_id, 1)
 
     def _remember(self, run_id: str) -> None:
         if run_id not in self._before:

@@ -7,6 +7,8 @@ from typing import Any
 
 from ostinato.streams import events as ev
 from ostinato.streams.actions import Archive, DispatchWorkflowTask, SendCommand, UpsertVisibility
+from ostinato.streams.appliers import CURRENT_VERSION
+from ostinato.streams.config import Config
 from ostinato.streams.model import RunState, WorkflowTaskState
 from ostinato.streams.writer import Writer
 
@@ -33,7 +35,7 @@ def task_run(w: Writer) -> RunState | None:
     return w.workflow.runs.get(w.command["run_id"]) if w.command["run_id"] else None
 
 
-def schedule_workflow_task(w: Writer, run_id: str, attempt: int = 1) -> None:
+def schedule_workflow_task(w: Writer, run_id: str, attempt: int | None = None) -> None:
     """Schedule and dispatch a workflow task, unless one is in flight or the run is closed.
 
     The started event is written at dispatch: the task travels through Kafka, so no separate "started" report
@@ -42,6 +44,7 @@ def schedule_workflow_task(w: Writer, run_id: str, attempt: int = 1) -> None:
     run = w.run(run_id)
     if not run.open or run.workflow_task is not None:
         return
+    attempt = attempt or w.lost_transient_attempt(run_id)
     scheduled = w.append(run_id, ev.WORKFLOW_TASK_SCHEDULED, {
         "task_queue": run.task_queue, "start_to_close_timeout_ms": run.task_timeout_ms, "attempt": attempt})
     length = run.history_length + 1
@@ -72,6 +75,22 @@ def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
     )
     if not delay:
         dispatch_transient(w, run)
+
+
+def transient_task_events(run: RunState, config: Config) -> tuple[Record, Record]:
+    """The scheduled/started events of a transient task, under its reserved ids and times: what the dispatched
+    task shows the worker, and what is written if the attempt completes."""
+    task = run.workflow_task
+    assert task is not None and task.transient
+    length = task.started_event_id
+    scheduled = ev.make_event(ev.WORKFLOW_TASK_SCHEDULED, task.scheduled_event_id, task.scheduled_time_ms, {
+        "task_queue": task.task_queue, "start_to_close_timeout_ms": task.timeout_ms, "attempt": task.attempt},
+        CURRENT_VERSION[ev.WORKFLOW_TASK_SCHEDULED])
+    started = ev.make_event(ev.WORKFLOW_TASK_STARTED, task.started_event_id, task.started_time_ms, {
+        "scheduled_event_id": task.scheduled_event_id, "history_length": length,
+        "suggest_continue_as_new": length >= config.limits.history_warn_events},
+        CURRENT_VERSION[ev.WORKFLOW_TASK_STARTED])
+    return scheduled, started
 
 
 def dispatch_transient(w: Writer, run: RunState) -> None:
@@ -106,15 +125,19 @@ def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
     if w.config.archive:
         w.act(Archive(run.namespace, run.workflow_id, run_id))
     for child in children:
+        # The child may have continued-as-new since it started: address its current run, but only within the
+        # chain that began with the run this parent started (child.run_id), never a later unrelated workflow.
         request = f"{run_id}/close/{child.initiated_event_id}"
         if child.parent_close_policy == "REQUEST_CANCEL":
-            send(w, child.namespace, child.workflow_id, child.run_id, request, (
+            send(w, child.namespace, child.workflow_id, "", request, (
                 "ostinato.command.RequestCancelWorkflowExecution",
-                {"reason": "parent closed (parent close policy REQUEST_CANCEL)", "external": None}))
+                {"reason": "parent closed (parent close policy REQUEST_CANCEL)", "external": None,
+                 "first_execution_run_id": child.run_id}))
         elif child.parent_close_policy != "ABANDON":  # TERMINATE, the default
-            send(w, child.namespace, child.workflow_id, child.run_id, request, (
+            send(w, child.namespace, child.workflow_id, "", request, (
                 "ostinato.command.TerminateWorkflowExecution",
-                {"reason": "parent closed (parent close policy TERMINATE)", "details": []}))
+                {"reason": "parent closed (parent close policy TERMINATE)", "details": [],
+                 "first_execution_run_id": child.run_id}))
     if parent is not None and event_type != ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
         notify_parent_of_close(w, run, parent, event_type, attrs)
 

@@ -24,7 +24,7 @@ def signal_with_start(w: Writer, body: Record) -> Step:
     current = w.workflow.current_run()
     signal = {"signal_name": body["signal_name"], "input": body["signal_input"], "header": body["signal_header"]}
     if current is not None and current.open:
-        return deliver_signal(w, current, signal, external=None)
+        return deliver_signal(w, current, signal, external=None, with_start=True)
     return _start(w, body["start"], signal=signal)
 
 

@@ -36,12 +36,15 @@ def completed(w: Writer, body: Record) -> Step:
     assert task is not None
     commands = body["commands"]
     problem = validate_commands(run, commands, w.config)
-    if problem is None and task.new_events_while_started and any(name in CLOSING for name, _ in commands):
-        fail_task(w, run, "UNHANDLED_COMMAND", "new events arrived while the task ran; the workflow must see them "
-                                               "before it closes")
-        return w.step
-    if problem is not None:
-        fail_task(w, run, "BAD_COMMAND", problem)
+    cause = "BAD_COMMAND" if problem is not None else None
+    if cause is None and task.new_events_while_started and any(name in CLOSING for name, _ in commands):
+        cause, problem = "UNHANDLED_COMMAND", "new events arrived while the task ran; the workflow must see them " \
+                                              "before it closes"
+    if cause is not None:
+        fail_task(w, run, cause, problem or cause)
+        # The task failed (that is written), and the worker hears why; the command itself was not refused.
+        w.reply(("ostinato.reply.Rejected", {"code": "INVALID_ARGUMENT", "message": f"{cause}: {problem}",
+                                             "existing_run_id": ""}))
         return w.step
     more_to_see = task.new_events_while_started
     if task.transient:

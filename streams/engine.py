@@ -1,0 +1,529 @@
+"""The in-memory engine: the core's deciders and appliers driven over an in-memory partitioned log and a fake
+clock, for tests and the SDK's time-skipping `WorkflowEnvironment`. No Kafka, no threads, no wall clock."""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ostinato.schemas import codec, partition_for
+from ostinato.schemas.keys import run_key, workflow_key
+from ostinato.streams import engine_tasks as records
+from ostinato.streams.actions import (
+    Action,
+    Archive,
+    CancelTimer,
+    Deadline,
+    DeleteRun,
+    DispatchActivityTask,
+    DispatchQueryTask,
+    DispatchWorkflowTask,
+    Reply,
+    ScheduleTimer,
+    SendCommand,
+    UpsertVisibility,
+)
+from ostinato.streams.clock import FakeClock
+from ostinato.streams.config import Config
+from ostinato.streams.deadlines import fire_timer_body
+from ostinato.streams.deciders import decide
+from ostinato.streams.model import Workflow, encode_current, encode_run, to_record
+from ostinato.streams.writer import Step
+
+Record = dict[str, Any]
+Task = tuple[str, Record]  # a record off a task topic, as the codec decodes it: (type name, record)
+
+COMMAND = "ostinato.command.Command"
+HISTORY_EVENT = "ostinato.history.HistoryEvent"
+COMMAND_PREFIX = "ostinato.command."
+SHELL_IDENTITY = "ostinato"
+QUERY_TIMEOUT_MS = 10_000
+MAX_COMMANDS_PER_RUN = 1_000_000  # a bound on run_until_idle: commands that beget commands forever are a bug
+
+# (fire time, namespace, workflow id, run id, kind, timer id, scheduled event id, attempt): sorting these tuples
+# orders the index by fire time, like the big-endian RocksDB index of the Kafka shell, and ties deterministically.
+TimerKey = tuple[int, str, str, str, str, str, int, int]
+DEFAULT_CONFIG = Config()  # frozen, so one instance serves every engine
+
+
+@dataclass
+class Shard:
+    """One partition of the commands topic and what its owner keeps: the log, how far it has read, the
+    workflows it owns, and their state changelog (encoded as the Kafka shell writes it)."""
+
+    index: int
+    log: list[bytes] = field(default_factory=list)
+    offset: int = 0
+    workflows: dict[tuple[str, str], Workflow] = field(default_factory=dict)
+    state: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> int:
+        return len(self.log) - self.offset
+
+
+class InMemoryEngine:
+    """Runs workflows on the pure core with every topic of DESIGN.md §1 as an in-memory structure.
+
+    Commands go to the log of the shard `partition_for(workflow_key)` picks, and `run_until_idle` processes
+    them shard by shard: decide on a copy of the workflow, then commit its events, state and actions together
+    (a failed decision leaves everything as it was, like an aborted transaction). Deadlines fire only when the
+    fake clock reaches them, each as a FireTimer command. Worker and client helpers produce the same command
+    records a worker or the frontend writes to Kafka, so tests exercise the real wire shapes.
+    """
+
+    def __init__(self, shards: int = 4, config: Config = DEFAULT_CONFIG, clock: FakeClock | None = None) -> None:
+        if shards < 1:
+            raise ValueError(f"an engine needs at least one shard, not {shards}")
+        self.config = config
+        self.clock = clock if clock is not None else FakeClock()
+        self.shards = [Shard(i) for i in range(shards)]
+        self.histories: dict[tuple[str, str, str], list[Record]] = {}
+        self.history_bytes: dict[tuple[str, str, str], int] = {}
+        self.timers: list[TimerKey] = []
+        self.workflow_tasks: dict[str, deque[bytes]] = {}
+        self.activity_tasks: dict[str, deque[bytes]] = {}
+        self.visibility: dict[tuple[str, str, str], Record] = {}
+        self.replies: dict[str, Record] = {}
+        self.rejections: Counter[str] = Counter()
+        self.rejected: list[tuple[Record | None, Record]] = []  # (command if readable, Rejected record)
+        self.archive_requests: list[tuple[str, str, str]] = []
+        self.archives: dict[str, list[Record]] = {}  # uri -> the archived history
+        self._requests = 0
+
+    # -- the commands log ---------------------------------------------------------------------------------------
+
+    def shard_of(self, namespace: str, workflow_id: str) -> int:
+        return partition_for(workflow_key(namespace, workflow_id), len(self.shards))
+
+    def submit(self, command: Any) -> int | None:
+        """Append a command (an `ostinato.command.Command` record) to its shard's log; return the shard.
+
+        The record is encoded and decoded as Kafka would carry it, so a malformed one is caught here: it becomes
+        a recorded MALFORMED rejection (answered, if it names a request id and reply partition), never an
+        exception, and None is returned.
+        """
+        try:
+            data = codec.encode(COMMAND, command)
+            decoded = codec.decode(data)[1]
+            shard = self.shard_of(decoded["namespace"], decoded["workflow_id"])
+        except (ValueError, TypeError) as exc:
+            self._malformed(command, str(exc))
+            return None
+        self.shards[shard].log.append(data)
+        return shard
+
+    def submit_raw(self, namespace: str, workflow_id: str, data: bytes) -> int:
+        """Append bytes as another client (in any language) might produce them, keyed by `namespace/workflow_id`."""
+        shard = self.shard_of(namespace, workflow_id)
+        self.shards[shard].log.append(data)
+        return shard
+
+    @property
+    def pending_commands(self) -> int:
+        return sum(s.pending for s in self.shards)
+
+    def run_until_idle(self) -> int:
+        """Process every pending command of every shard, and fire deadlines due now, until nothing is left.
+
+        Cross-shard commands land on their shard's log and are processed in a later round, as with Kafka.
+        Returns how many commands were processed.
+        """
+        processed = 0
+        while True:
+            for shard in self.shards:
+                end = len(shard.log)  # one bounded batch per shard per round
+                while shard.offset < end:
+                    self._process(shard, shard.log[shard.offset])
+                    shard.offset += 1  # after the commit: a decision that raised is retried, never skipped
+                    processed += 1
+            if processed > MAX_COMMANDS_PER_RUN:
+                raise RuntimeError(f"more than {MAX_COMMANDS_PER_RUN} commands without becoming idle: a loop")
+            if self.pending_commands:
+                continue
+            if not (self.timers and self.timers[0][0] <= self.clock.now_ms):
+                return processed
+            self._fire(self.timers.pop(0))
+
+    def _process(self, shard: Shard, data: bytes) -> None:
+        command = self._read(data)
+        if command is None:
+            return
+        key = (command["namespace"], command["workflow_id"])
+        if self.shard_of(*key) != shard.index:
+            self._reject(command, "WRONG_SHARD", f"{key[0]}/{key[1]} belongs to shard {self.shard_of(*key)}")
+            return
+        owned = shard.workflows.get(key)
+        workflow = copy.deepcopy(owned) if owned is not None else Workflow(*key)
+        step = decide(workflow, command, self.clock.now_ms, self.config)
+        if step.rejection is not None:
+            self._record_rejection(command, step.rejection)
+            workflow = owned if owned is not None else Workflow(*key)  # a rejection changes nothing
+        else:
+            self._commit(shard, workflow, step)
+        for action in step.actions:
+            self._perform(workflow, action)
+
+    def _read(self, data: bytes) -> Record | None:
+        try:
+            name, command = codec.decode(data)
+        except codec.DecodeError as exc:
+            self._malformed(None, str(exc))
+            return None
+        if name != COMMAND:
+            self._malformed(None, f"expected a {COMMAND} on the commands topic, found {name}")
+            return None
+        return command
+
+    def _commit(self, shard: Shard, workflow: Workflow, step: Step) -> None:
+        key = (workflow.namespace, workflow.workflow_id)
+        if workflow.runs or workflow.current is not None:
+            shard.workflows[key] = workflow
+        else:
+            shard.workflows.pop(key, None)
+        for run_id, event in step.events:
+            run = (*key, run_id)
+            data = codec.encode(HISTORY_EVENT, event)
+            self.histories.setdefault(run, []).append(codec.decode(data)[1])
+            self.history_bytes[run] = self.history_bytes.get(run, 0) + len(data)
+        for run_id in step.changed_runs:
+            state = workflow.runs.get(run_id)
+            if state is None:
+                shard.state.pop(run_key(*key, run_id), None)
+            else:
+                shard.state[run_key(*key, run_id)] = encode_run(state)
+        if step.pointer_changed:
+            if workflow.current is None:
+                shard.state.pop(workflow_key(*key), None)
+            else:
+                shard.state[workflow_key(*key)] = encode_current(workflow.current)
+
+    # -- rejections ---------------------------------------------------------------------------------------------
+
+    def _reject(self, command: Record, code: str, message: str) -> None:
+        rejected = {"code": code, "message": message, "existing_run_id": ""}
+        self._record_rejection(command, rejected)
+        if command["reply_partition"] is not None:
+            self._perform(None, Reply(command["request_id"], command["reply_partition"], command["namespace"],
+                                      command["workflow_id"], ("ostinato.reply.Rejected", rejected)))
+
+    def _record_rejection(self, command: Record | None, rejected: Record) -> None:
+        self.rejections[rejected["code"]] += 1
+        self.rejected.append((command, rejected))
+
+    def _malformed(self, command: Any, message: str) -> None:
+        """Count an unreadable command, and answer it if it says where (the frontend's sender waits)."""
+        rejected = {"code": "MALFORMED", "message": message, "existing_run_id": ""}
+        self._record_rejection(None, rejected)
+        fields: dict[Any, Any] = command if isinstance(command, dict) else {}
+        request_id, partition = fields.get("request_id"), fields.get("reply_partition")
+        if isinstance(request_id, str) and isinstance(partition, int):
+            ns, wf = fields.get("namespace"), fields.get("workflow_id")
+            self._perform(None, Reply(request_id, partition, ns if isinstance(ns, str) else "",
+                                      wf if isinstance(wf, str) else "", ("ostinato.reply.Rejected", rejected)))
+
+    # -- actions ------------------------------------------------------------------------------------------------
+
+    def _perform(self, workflow: Workflow | None, action: Action) -> None:
+        """Carry out one action, as the Kafka shell does inside the transaction of the command that made it."""
+        if isinstance(action, SendCommand):
+            self.submit(action.command)
+        elif isinstance(action, Reply):
+            self.replies[action.request_id] = _wire(records.REPLY, records.reply_record(action))
+        elif isinstance(action, ScheduleTimer):
+            key = _timer_key(action.namespace, action.workflow_id, action.deadline)
+            if self._find_timer(key) is None:
+                bisect.insort(self.timers, key)
+        elif isinstance(action, CancelTimer):
+            i = self._find_timer(_timer_key(action.namespace, action.workflow_id, action.deadline))
+            if i is not None:  # a deadline that just fired is already out of the index
+                del self.timers[i]
+        elif isinstance(action, DeleteRun):
+            run = (action.namespace, action.workflow_id, action.run_id)
+            self.histories.pop(run, None)
+            self.history_bytes.pop(run, None)
+            self.visibility.pop(run, None)
+        elif isinstance(action, Archive):
+            self.archive_requests.append((action.namespace, action.workflow_id, action.run_id))
+        else:
+            assert workflow is not None, f"{type(action).__name__} needs the workflow it is about"
+            self._perform_on_run(workflow, action)
+
+    def _perform_on_run(self, workflow: Workflow, action: Action) -> None:
+        """The actions whose records are built from the run's state and history."""
+        assert isinstance(action, DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility)
+        run = workflow.runs.get(action.run_id)
+        if run is None:
+            return
+        history = self.histories.get((action.namespace, action.workflow_id, action.run_id), [])
+        if isinstance(action, DispatchWorkflowTask):
+            task = records.workflow_task(run, action, history, self.config)
+            if task is not None:
+                _queue(self.workflow_tasks, action.task_queue).append(codec.encode(records.WORKFLOW_TASK, task))
+        elif isinstance(action, DispatchActivityTask):
+            task = records.activity_task(run, action, history)
+            if task is not None:
+                _queue(self.activity_tasks, task["task_queue"]).append(codec.encode(records.ACTIVITY_TASK, task))
+        elif isinstance(action, DispatchQueryTask):
+            query = records.query_task(run, action)
+            _queue(self.workflow_tasks, action.task_queue).append(codec.encode(records.QUERY_TASK, query))
+        else:
+            size = self.history_bytes.get((action.namespace, action.workflow_id, action.run_id), 0)
+            self.visibility[(action.namespace, action.workflow_id, action.run_id)] = _wire(
+                records.VISIBILITY, records.visibility_record(run, size))
+
+    # -- time ---------------------------------------------------------------------------------------------------
+
+    def _find_timer(self, key: TimerKey) -> int | None:
+        i = bisect.bisect_left(self.timers, key)
+        return i if i < len(self.timers) and self.timers[i] == key else None
+
+    def _fire(self, key: TimerKey) -> None:
+        """Turn a due deadline into a FireTimer command for its workflow; `run_until_idle` processes it."""
+        fire_at, ns, wf, run_id, kind, timer_id, scheduled_event_id, attempt = key
+        deadline = Deadline(fire_at, kind, run_id, timer_id, scheduled_event_id, attempt)
+        self.submit({
+            "namespace": ns, "workflow_id": wf, "run_id": run_id,
+            "request_id": f"timer/{run_id}/{kind}/{timer_id}/{scheduled_event_id}/{attempt}/{fire_at}",
+            "identity": SHELL_IDENTITY, "time_ms": self.clock.now_ms, "reply_partition": None,
+            "body": fire_timer_body(deadline),
+        })
+
+    @property
+    def next_deadline_ms(self) -> int | None:
+        return self.timers[0][0] if self.timers else None
+
+    def pending_deadlines(self) -> list[tuple[str, str, Deadline]]:
+        """Every deadline in the index, in fire order, as (namespace, workflow id, deadline)."""
+        return [(k[1], k[2], Deadline(k[0], k[4], k[3], k[5], k[6], k[7])) for k in self.timers]
+
+    def advance(self, ms: int) -> int:
+        """Let `ms` milliseconds pass: fire every deadline up to then in fire-time order, each at its own time.
+
+        The clock stops at each deadline while it fires, so events carry the time they were due, and whatever a
+        firing schedules inside the window fires too. Returns the new time.
+        """
+        if ms < 0:
+            raise ValueError(f"time only moves forward: cannot advance by {ms} ms")
+        target = self.clock.now_ms + ms
+        self.run_until_idle()
+        while self.timers and self.timers[0][0] <= target:
+            self.clock.set(max(self.clock.now_ms, self.timers[0][0]))
+            self.run_until_idle()
+        self.clock.set(target)
+        self.run_until_idle()
+        return target
+
+    def advance_to_next_timer(self) -> int | None:
+        """Jump to the earliest deadline and fire everything due then; None (and no jump) if there is none."""
+        self.run_until_idle()
+        if not self.timers:
+            return None
+        self.clock.set(max(self.clock.now_ms, self.timers[0][0]))
+        self.run_until_idle()
+        return self.clock.now_ms
+
+    def skip_time_until_idle(self) -> int:
+        """Time skipping: jump from deadline to deadline while no task waits for a worker.
+
+        Stops as soon as a workflow or activity task is queued, or when only retention deadlines are left
+        (housekeeping, not workflow progress; use `advance` to reach them). Tasks a worker has polled but not
+        answered are the caller's to finish first: skipping would time them out. Returns the new time.
+        """
+        self.run_until_idle()
+        while not self.has_queued_tasks():
+            due = next((k[0] for k in self.timers if k[4] != "RETENTION"), None)
+            if due is None:
+                break
+            self.clock.set(max(self.clock.now_ms, due))
+            self.run_until_idle()
+        return self.clock.now_ms
+
+    # -- what workers do ----------------------------------------------------------------------------------------
+
+    def has_queued_tasks(self) -> bool:
+        return any(self.workflow_tasks.values()) or any(self.activity_tasks.values())
+
+    def poll_workflow_task(self, queue: str) -> Task | None:
+        """Take the next record off `queue`'s workflow task topic: a WorkflowTask or a QueryTask, as (type name,
+        record), the shape a Kafka worker decodes. None if the queue is empty."""
+        tasks = self.workflow_tasks.get(queue)
+        return codec.decode(tasks.popleft()) if tasks else None
+
+    def poll_activity_task(self, queue: str) -> Record | None:
+        """Take the next ActivityTask record off `queue`'s activity topic, or None."""
+        tasks = self.activity_tasks.get(queue)
+        return codec.decode(tasks.popleft())[1] if tasks else None
+
+    def complete_workflow_task(self, task: Record, commands: Iterable[tuple[str, Record]] = (), *,
+                               identity: str = "worker", force_create_new_task: bool = False,
+                               sdk_flags: Sequence[int] = (), build_id: str = "") -> Record | None:
+        """Answer a workflow task with the workflow's commands, e.g. `("StartTimerCommand", {...})`; a command
+        name without a namespace is taken from `ostinato.command`."""
+        return self._answer(task, "RespondWorkflowTaskCompleted", {
+            "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
+            "commands": [(_full_name(name), body) for name, body in commands],
+            "force_create_new_task": force_create_new_task, "sdk_flags": list(sdk_flags), "build_id": build_id,
+        }, identity)
+
+    def fail_workflow_task(self, task: Record, failure: Record | str = "workflow task failed", *,
+                           cause: str = "WORKFLOW_WORKER_UNHANDLED_FAILURE", identity: str = "worker",
+                           ) -> Record | None:
+        return self._answer(task, "RespondWorkflowTaskFailed", {
+            "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
+            "failure": _failure(failure)}, identity)
+
+    def start_activity(self, task: Record, identity: str = "worker") -> Record | None:
+        """Report that a worker took the task (a Kafka worker commits the task's offset once this is accepted)."""
+        return self._answer(task, "RecordActivityTaskStarted", _attempt_of(task), identity)
+
+    def heartbeat(self, task: Record, details: Sequence[Record] = (), identity: str = "worker") -> Record | None:
+        """Report progress; the Accepted reply's `cancel_requested` says whether the workflow wants it to stop."""
+        return self._answer(task, "RecordActivityTaskHeartbeat", {**_attempt_of(task), "details": list(details)},
+                            identity)
+
+    def complete_activity(self, task: Record, result: Sequence[Record] = (), identity: str = "worker",
+                          ) -> Record | None:
+        return self._answer(task, "RespondActivityTaskCompleted", {**_attempt_of(task), "result": list(result)},
+                            identity)
+
+    def fail_activity(self, task: Record, failure: Record | str, identity: str = "worker") -> Record | None:
+        """Report a failed attempt; the activity's retry policy decides whether another one follows."""
+        return self._answer(task, "RespondActivityTaskFailed", {**_attempt_of(task), "failure": _failure(failure)},
+                            identity)
+
+    def activity_canceled(self, task: Record, details: Sequence[Record] = (), identity: str = "worker",
+                          ) -> Record | None:
+        """Report that the activity stopped because the workflow asked it to."""
+        return self._answer(task, "RespondActivityTaskCanceled", {**_attempt_of(task), "details": list(details)},
+                            identity)
+
+    def answer_query(self, task: Record, result: Sequence[Record] = (), failure: Record | str | None = None) -> None:
+        """Answer a QueryTask on the replies topic, as a worker does, keyed by the query's request id."""
+        body = {"result": list(result), "failure": None if failure is None else _failure(failure)}
+        self._perform(None, Reply(task["request_id"], task["reply_partition"], task["namespace"],
+                                  task["workflow_id"], ("ostinato.reply.QueryResult", body)))
+
+    def _answer(self, task: Record, name: str, body: Record, identity: str) -> Record | None:
+        return self._send(task["namespace"], task["workflow_id"], name, body, run_id=task["run_id"],
+                          identity=identity)
+
+    # -- what clients do ----------------------------------------------------------------------------------------
+
+    def start_workflow(self, namespace: str, workflow_id: str, workflow_type: str, task_queue: str,
+                       args: Sequence[Record] = (), *, request_id: str | None = None, identity: str = "client",
+                       **options: Any) -> Record | None:
+        """Start a run; `options` are further StartWorkflowExecution fields (memo, run_timeout_ms, ...).
+
+        Returns the Reply record: its body is WorkflowStarted (with the run id) or Rejected.
+        """
+        return self._send(namespace, workflow_id, "StartWorkflowExecution", {
+            "workflow_type": workflow_type, "task_queue": task_queue, "input": list(args), **options},
+            request_id=request_id, identity=identity)
+
+    def signal(self, namespace: str, workflow_id: str, signal_name: str, args: Sequence[Record] = (), *,
+               run_id: str = "", request_id: str | None = None, identity: str = "client") -> Record | None:
+        return self._send(namespace, workflow_id, "SignalWorkflowExecution", {
+            "signal_name": signal_name, "input": list(args)}, run_id=run_id, request_id=request_id, identity=identity)
+
+    def cancel(self, namespace: str, workflow_id: str, reason: str = "", *, run_id: str = "",
+               identity: str = "client") -> Record | None:
+        return self._send(namespace, workflow_id, "RequestCancelWorkflowExecution", {"reason": reason},
+                          run_id=run_id, identity=identity)
+
+    def terminate(self, namespace: str, workflow_id: str, reason: str = "", *, run_id: str = "",
+                  identity: str = "client") -> Record | None:
+        return self._send(namespace, workflow_id, "TerminateWorkflowExecution", {"reason": reason},
+                          run_id=run_id, identity=identity)
+
+    def query(self, namespace: str, workflow_id: str, query_type: str, args: Sequence[Record] = (), *,
+              run_id: str = "", timeout_ms: int = QUERY_TIMEOUT_MS) -> str:
+        """Ask the workflow a question; returns the request id whose `reply` a worker's answer fills in."""
+        request_id = self._request_id()
+        self._send(namespace, workflow_id, "QueryWorkflow", {
+            "query_type": query_type, "query_args": list(args), "deadline_ms": self.clock.now_ms + timeout_ms},
+            run_id=run_id, request_id=request_id, identity="client")
+        return request_id
+
+    def archive_completed(self, namespace: str, workflow_id: str, run_id: str, uri: str = "") -> Record | None:
+        """Play the archiver: store the closed run's history under `uri` and confirm it to the owner."""
+        events = list(self.histories.get((namespace, workflow_id, run_id), []))
+        uri = uri or f"mem://{namespace}/{workflow_id}/{run_id}.avro"
+        self.archives[uri] = events
+        if (namespace, workflow_id, run_id) in self.archive_requests:
+            self.archive_requests.remove((namespace, workflow_id, run_id))
+        return self._send(namespace, workflow_id, "ArchivalCompleted", {"uri": uri, "event_count": len(events)},
+                          run_id=run_id, identity="archiver")
+
+    def reply(self, request_id: str) -> Record | None:
+        """The `ostinato.reply.Reply` record answering `request_id`, if there is one yet."""
+        return self.replies.get(request_id)
+
+    # -- what the owner's read API serves -----------------------------------------------------------------------
+
+    def workflow(self, namespace: str, workflow_id: str) -> Workflow | None:
+        return self.shards[self.shard_of(namespace, workflow_id)].workflows.get((namespace, workflow_id))
+
+    def current_run_id(self, namespace: str, workflow_id: str) -> str:
+        wf = self.workflow(namespace, workflow_id)
+        return wf.current.run_id if wf is not None and wf.current is not None else ""
+
+    def describe(self, namespace: str, workflow_id: str, run_id: str = "") -> Record | None:
+        """The run's state as an `ostinato.state.MutableState` record (current run unless named), or None."""
+        wf = self.workflow(namespace, workflow_id)
+        run = wf.runs.get(run_id or self.current_run_id(namespace, workflow_id)) if wf is not None else None
+        return None if run is None else to_record(run)
+
+    def history(self, namespace: str, workflow_id: str, run_id: str = "") -> list[Record]:
+        """The run's history events (current run unless named); empty once the run is deleted."""
+        run_id = run_id or self.current_run_id(namespace, workflow_id)
+        return list(self.histories.get((namespace, workflow_id, run_id), []))
+
+    def visibility_of(self, namespace: str, workflow_id: str, run_id: str = "") -> Record | None:
+        run_id = run_id or self.current_run_id(namespace, workflow_id)
+        return self.visibility.get((namespace, workflow_id, run_id))
+
+    # -- plumbing -----------------------------------------------------------------------------------------------
+
+    def _request_id(self) -> str:
+        self._requests += 1
+        return f"req-{self._requests}"
+
+    def _send(self, namespace: str, workflow_id: str, name: str, body: Record, *, run_id: str = "",
+              request_id: str | None = None, identity: str) -> Record | None:
+        """Submit a command that waits for an answer, process until idle, and return the answer."""
+        request_id = request_id or self._request_id()
+        self.submit({"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
+                     "request_id": request_id, "identity": identity, "time_ms": self.clock.now_ms,
+                     "reply_partition": 0, "body": (COMMAND_PREFIX + name, body)})
+        self.run_until_idle()
+        return self.reply(request_id)
+
+
+def _timer_key(namespace: str, workflow_id: str, d: Deadline) -> TimerKey:
+    return (d.fire_at_ms, namespace, workflow_id, d.run_id, d.kind, d.timer_id, d.scheduled_event_id, d.attempt)
+
+
+def _queue(queues: dict[str, deque[bytes]], name: str) -> deque[bytes]:
+    return queues.setdefault(name, deque())
+
+
+def _wire(type_name: str, record: Record) -> Record:
+    """The record as a reader of its topic sees it: encoded (so it must fit its schema) and decoded."""
+    return codec.decode(codec.encode(type_name, record))[1]
+
+
+def _full_name(name: str) -> str:
+    return name if "." in name else COMMAND_PREFIX + name
+
+
+def _attempt_of(task: Record) -> Record:
+    return {"scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]}
+
+
+def _failure(failure: Record | str) -> Record:
+    return {"message": failure} if isinstance(failure, str) else failure
