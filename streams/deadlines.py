@@ -17,6 +17,8 @@ def deadlines(run: RunState, config: Config) -> set[Deadline]:
         return {Deadline((run.close_time_ms or 0) + config.retention_ms, "RETENTION", rid)}
     out = {Deadline(t.fire_at_ms, "USER_TIMER", rid, timer_id=t.timer_id) for t in run.timers.values()}
     task = run.workflow_task
+    if in_first_task_backoff(run):
+        out.add(Deadline(run.execution_time_ms, "WORKFLOW_BACKOFF", rid))
     if task is not None:
         if task.retry_at_ms is not None:
             out.add(Deadline(task.retry_at_ms, "WORKFLOW_TASK_RETRY", rid, "", task.scheduled_event_id, task.attempt))
@@ -45,6 +47,12 @@ def deadlines(run: RunState, config: Config) -> set[Deadline]:
     if run.execution_expiration_time_ms is not None:
         out.add(Deadline(run.execution_expiration_time_ms, "WORKFLOW_EXECUTION_TIMEOUT", rid))
     return out
+
+
+def in_first_task_backoff(run: RunState, now_ms: int | None = None) -> bool:
+    """A run waiting out the backoff its start asked for (continue-as-new with backoff): no task yet."""
+    waiting = run.workflow_task is None and run.last_workflow_task_started_event_id == 0
+    return waiting and run.execution_time_ms > (run.start_time_ms if now_ms is None else now_ms)
 
 
 def fire_timer_body(deadline: Deadline) -> tuple[str, dict[str, object]]:

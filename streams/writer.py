@@ -41,6 +41,7 @@ class Writer:
         self._before: dict[str, set[Any]] = {}
         self._pointer = _pointer_key(workflow)
         self._lost_transient: dict[str, int] = {}  # run id -> attempt of a transient task invalidated by an event
+        self.wake_after: set[str] = set()  # runs that need a new workflow task once the current one completes
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -82,6 +83,10 @@ class Writer:
         run.workflow_task = None
         self._write(run_id, scheduled)
         self._write(run_id, started)
+
+    def wake_after_task(self, run_id: str) -> None:
+        """Something the completing task itself caused needs the workflow's attention in a new task."""
+        self.wake_after.add(run_id)
 
     def lost_transient_attempt(self, run_id: str) -> int:
         """The attempt of a transient task an event invalidated in this command (1 if none): the next task

@@ -33,6 +33,7 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
     limits = config.limits
     activity_ids = {a.activity_id for a in run.activities.values()}
     timers = set(run.timers)
+    cancel_requested = {a.scheduled_event_id for a in run.activities.values() if a.cancel_requested}
     activities = len(run.activities)
     children = len(run.children)
     external = len(run.external_requests)
@@ -58,6 +59,9 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
         elif name == _C + "RequestCancelActivityTaskCommand":
             if c["scheduled_event_id"] not in run.activities:
                 return f"command {i}: no pending activity scheduled at event {c['scheduled_event_id']}"
+            if c["scheduled_event_id"] in cancel_requested:
+                return f"command {i}: cancellation of activity {c['scheduled_event_id']} was already requested"
+            cancel_requested.add(c["scheduled_event_id"])
         elif name == _C + "StartTimerCommand":
             if not c["timer_id"] or c["timer_id"] in timers:
                 return f"command {i}: timer id {c['timer_id']!r} is empty or already in use"
@@ -115,6 +119,7 @@ def request_cancel_activity(w: Writer, run_id: str, c: Record, completed_id: int
         w.append(run_id, ev.ACTIVITY_TASK_CANCELED, {
             "details": [], "latest_cancel_requested_event_id": requested["event_id"],
             "scheduled_event_id": activity.scheduled_event_id, "started_event_id": 0, "identity": ""})
+        w.wake_after_task(run_id)  # the workflow must hear of it: a task follows this one
 
 
 def start_timer(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
@@ -174,7 +179,7 @@ def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
         "search_attributes": dict(search_attributes), "header": c["header"], "parent": carried["parent"],
         "first_execution_run_id": carried["first"], "continued_execution_run_id": run_id,
         "execution_expiration_time_ms": carried["expires"], "identity": w.command["identity"],
-        "request_id": carried["request"]})
+        "request_id": carried["request"], "first_workflow_task_backoff_ms": max(0, c["backoff_start_interval_ms"])})
 
 
 def start_child(w: Writer, run_id: str, c: Record, completed_id: int) -> None:

@@ -9,6 +9,7 @@ from ostinato.streams import events as ev
 from ostinato.streams.actions import Archive, DispatchWorkflowTask, SendCommand, UpsertVisibility
 from ostinato.streams.appliers import CURRENT_VERSION
 from ostinato.streams.config import Config
+from ostinato.streams.deadlines import in_first_task_backoff
 from ostinato.streams.model import RunState, WorkflowTaskState
 from ostinato.streams.writer import Writer
 
@@ -103,7 +104,7 @@ def dispatch_transient(w: Writer, run: RunState) -> None:
 def wake(w: Writer, run_id: str) -> None:
     """Something new for the workflow: a task now, or (if one is running) right after it (the applier noted it)."""
     run = w.run(run_id)
-    if run.open and run.workflow_task is None:
+    if run.open and run.workflow_task is None and not in_first_task_backoff(run, w.now_ms):
         schedule_workflow_task(w, run_id)
 
 

@@ -101,7 +101,8 @@ def start_run(w: Writer, run_id: str, attrs: Record, signal: Record | None = Non
     if signal is not None:
         w.append(run_id, ev.WORKFLOW_EXECUTION_SIGNALED, {**signal, "identity": w.command["identity"],
                                                           "request_id": w.command["request_id"]})
-    schedule_workflow_task(w, run_id)
+    if not attrs.get("first_workflow_task_backoff_ms"):  # otherwise the WORKFLOW_BACKOFF deadline schedules it
+        schedule_workflow_task(w, run_id)
     w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))
 
 

@@ -8,7 +8,7 @@ from ostinato.streams import events as ev
 from ostinato.streams.actions import Deadline, DeleteRun, DispatchActivityTask
 from ostinato.streams.deadlines import deadlines
 from ostinato.streams.deciders import activities, workflow_task
-from ostinato.streams.deciders.common import close_run, dispatch_transient, wake
+from ostinato.streams.deciders.common import close_run, dispatch_transient, schedule_workflow_task, wake
 from ostinato.streams.failures import timeout_failure
 from ostinato.streams.model import RunState
 from ostinato.streams.writer import Step, Writer
@@ -64,6 +64,10 @@ def _activity_retry(w: Writer, run: RunState, due: Deadline) -> None:
                                activity.attempt))
 
 
+def _first_task(w: Writer, run: RunState, due: Deadline) -> None:
+    schedule_workflow_task(w, run.run_id)
+
+
 def _run_timeout(w: Writer, run: RunState, due: Deadline) -> None:
     close_run(w, run.run_id, ev.WORKFLOW_EXECUTION_TIMED_OUT, {"retry_state": "TIMEOUT"})
 
@@ -95,5 +99,6 @@ _FIRE = {
     "ACTIVITY_RETRY": _activity_retry,
     "WORKFLOW_RUN_TIMEOUT": _run_timeout,
     "WORKFLOW_EXECUTION_TIMEOUT": _run_timeout,
+    "WORKFLOW_BACKOFF": _first_task,
     "RETENTION": _retention,
 }

@@ -54,7 +54,7 @@ def completed(w: Writer, body: Record) -> Step:
         "identity": w.command["identity"], "build_id": body["build_id"], "sdk_flags": body["sdk_flags"]})
     for name, attrs in commands:
         HANDLERS[name](w, run.run_id, attrs, done["event_id"])
-    if more_to_see or body["force_create_new_task"]:
+    if more_to_see or body["force_create_new_task"] or run.run_id in w.wake_after:
         schedule_workflow_task(w, run.run_id)
     w.accept(run.run_id)
     return w.step
