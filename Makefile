@@ -3,6 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# The deterministic core must stay covered (issue 4: at least 95% of streams/); run a subset with COV= to skip it.
+COV ?= --cov=ostinato.streams --cov-report=term:skip-covered --cov-fail-under=95
 
 .PHONY: demo test lint install kafka-fetch clean
 
@@ -12,7 +14,7 @@ demo: $(STAMP)
 
 ## test: lint, layering contract, then every test tier against real brokers the tests start themselves
 test: lint kafka-fetch
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest $(COV) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests; that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
 

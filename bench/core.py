@@ -62,7 +62,7 @@ def measure(n: int, config: Config) -> tuple[float, int, int]:
     batches = []
     for i in range(n):
         wid = f"hello-{i}"
-        run_id = new_run_id("default", wid, f"s{i}")
+        run_id = new_run_id("default", wid, f"s{i}", str(i))
         schedule = ("ostinato.command.ScheduleActivityTaskCommand", {
             "activity_id": "1", "activity_type": "say_hello", "input": [PAYLOAD],
             "start_to_close_timeout_ms": 10_000})
@@ -83,7 +83,7 @@ def measure(n: int, config: Config) -> tuple[float, int, int]:
     started = time.perf_counter()
     for now, (wf, cmds) in enumerate(batches):
         for c in cmds:
-            step = decide(wf, c, 1_000_000 + now, config)
+            step = decide(wf, c, 1_000_000 + now, config, offset=now)
             events += len(step.events)
             commands += 1
     elapsed = time.perf_counter() - started

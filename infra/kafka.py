@@ -113,8 +113,14 @@ class Layout:
 
 
 def new_cluster_id() -> str:
-    """Kafka's Uuid text form (URL-safe base64 of 16 random bytes), without a JVM round trip."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """Kafka's Uuid text form (URL-safe base64 of 16 random bytes), without a JVM round trip.
+
+    Like Kafka's own `Uuid.randomUuid`, never one that starts with `-`: command-line tools take it for an option.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 class KafkaCluster:
@@ -151,6 +157,7 @@ class KafkaCluster:
                 nodes=self._plan_nodes(nodes, port, controller_port), cluster_id=new_cluster_id(),
                 version=version or kafka_version(), extra_config=dict(extra_config or {}),
             )
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}  # nodes this object started (exit is then certain)
 
     @classmethod
     def existing(cls, home: Path) -> KafkaCluster | None:
@@ -196,7 +203,7 @@ class KafkaCluster:
         return any(self.pid(n.node_id) for n in self.layout.nodes)
 
     def running(self) -> bool:
-        return all(self.pid(n.node_id) for n in self.layout.nodes)
+        return all(self._live_pid(n.node_id) for n in self.layout.nodes)
 
     # -- configuration ---------------------------------------------------------------------------------------
 
@@ -251,7 +258,7 @@ class KafkaCluster:
         java = java_executable()
         libs = fetch(self.layout.version)
         self.home.mkdir(parents=True, exist_ok=True)
-        to_start = [n for n in self.layout.nodes if not self.pid(n.node_id)]
+        to_start = [n for n in self.layout.nodes if not self._live_pid(n.node_id)]
         for node in to_start:
             process.check_port_free(node.port, what=f"Kafka node {node.node_id}")
             process.check_port_free(node.controller_port, what=f"Kafka controller {node.node_id}")
@@ -270,7 +277,7 @@ class KafkaCluster:
         procs = []
         for node in nodes:
             argv = [*self._jvm(java, libs, "-Xmx256m"), "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                    "kafka.tools.StorageTool", "format", "-t", self.layout.cluster_id,
+                    "kafka.tools.StorageTool", "format", f"--cluster-id={self.layout.cluster_id}",
                     "-c", str(self._props_file(node.node_id)), "--ignore-formatted"]
             procs.append((node, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         for node, proc in procs:
@@ -286,7 +293,7 @@ class KafkaCluster:
         log = self.log_file(node.node_id)
         if log.exists() and log.stat().st_size > 50 * 2**20:
             log.replace(log.with_suffix(".log.1"))
-        process.spawn(argv, log, self.node_dir(node.node_id) / "pid")
+        self._procs[node.node_id] = process.spawn(argv, log, self.node_dir(node.node_id) / "pid")
 
     def _class_sharing(self, node: Node, java: str, libs: Path) -> list[str]:
         """JVM flags that use the shared class archive, or have the first node write it when it exits.
@@ -327,8 +334,7 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout
         while True:
             for node in self.layout.nodes:
-                pid_file = self.node_dir(node.node_id) / "pid"
-                if pid_file.exists() and not self.pid(node.node_id) and nodes is None:
+                if nodes is None and self._exited(node.node_id):
                     raise InfraError(
                         f"Kafka node {node.node_id} exited during start-up. Last lines of "
                         f"{self.log_file(node.node_id)}:\n{process.tail(self.log_file(node.node_id))}"
@@ -345,9 +351,23 @@ class KafkaCluster:
                 )
             time.sleep(0.1)
 
+    def _live_pid(self, node_id: int) -> int | None:
+        proc = self._procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            return proc.pid
+        return self.pid(node_id)
+
+    def _exited(self, node_id: int) -> bool:
+        """Whether a node died: certain for a process this object started, else judged from its pid file."""
+        proc = self._procs.get(node_id)
+        if proc is not None:
+            return proc.poll() is not None
+        pid_file = self.node_dir(node_id) / "pid"
+        return pid_file.exists() and self.pid(node_id) is None
+
     def stop(self, timeout: float = 30.0) -> list[int]:
         """Stop all nodes together (one at a time could strand the last ones without a quorum)."""
-        pids = {n.node_id: pid for n in self.layout.nodes if (pid := self.pid(n.node_id))}
+        pids = {n.node_id: pid for n in self.layout.nodes if (pid := self._live_pid(n.node_id))}
         for pid in pids.values():
             process.signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -361,14 +381,14 @@ class KafkaCluster:
 
     def kill_node(self, node_id: int) -> None:
         """SIGKILL one node, as a machine failure would."""
-        pid = self.pid(node_id)
+        pid = self._live_pid(node_id)
         if pid is None:
             raise InfraError(f"Kafka node {node_id} is not running")
         process.kill(pid)
 
     def start_node(self, node_id: int, timeout: float = 120.0) -> None:
         node = next(n for n in self.layout.nodes if n.node_id == node_id)
-        if self.pid(node_id):
+        if self._live_pid(node_id):
             return
         java = java_executable()
         libs = fetch(self.layout.version)

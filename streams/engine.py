@@ -159,7 +159,7 @@ class InMemoryEngine:
             return
         owned = shard.workflows.get(key)
         workflow = copy.deepcopy(owned) if owned is not None else Workflow(*key)
-        step = decide(workflow, command, self.clock.now_ms, self.config)
+        step = decide(workflow, command, self.clock.now_ms, self.config, offset=shard.offset)
         if step.rejection is not None:
             self._record_rejection(command, step.rejection)
             workflow = owned if owned is not None else Workflow(*key)  # a rejection changes nothing

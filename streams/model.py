@@ -105,6 +105,7 @@ class RunState:
     execution_time_ms: int
     task_timeout_ms: int
     first_execution_run_id: str
+    start_request_id: str = ""
     next_event_id: int = 1
     close_time_ms: int | None = None
     execution_expiration_time_ms: int | None = None

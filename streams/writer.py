@@ -32,9 +32,10 @@ class Step:
 
 
 class Writer:
-    def __init__(self, workflow: Workflow, now_ms: int, config: Config, command: Record) -> None:
+    def __init__(self, workflow: Workflow, now_ms: int, config: Config, command: Record, offset: int = 0) -> None:
         self.workflow = workflow
         self.now_ms = now_ms
+        self.offset = offset
         self.config = config
         self.command = command
         self.step = Step()

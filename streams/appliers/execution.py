@@ -23,7 +23,7 @@ def started(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
         workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"], status="RUNNING",
         start_time_ms=now, execution_time_ms=now + attrs["first_workflow_task_backoff_ms"],
         task_timeout_ms=attrs["task_timeout_ms"],
-        first_execution_run_id=attrs["first_execution_run_id"] or run_id,
+        first_execution_run_id=attrs["first_execution_run_id"] or run_id, start_request_id=attrs["request_id"],
         execution_expiration_time_ms=attrs["execution_expiration_time_ms"],
         run_expiration_time_ms=None if run_timeout is None else now + run_timeout,
         retry_policy=attrs["retry_policy"], attempt=attrs["attempt"],

@@ -47,14 +47,16 @@ def _deciders() -> dict[str, Decider]:
 _DECIDERS: dict[str, Decider] = {}
 
 
-def decide(workflow: Workflow, command: Record, now_ms: int, config: Config) -> Step:
+def decide(workflow: Workflow, command: Record, now_ms: int, config: Config, offset: int = 0) -> Step:
     """Process one command (an `ostinato.command.Command` record) for `workflow`, at the owner's time `now_ms`.
 
+    `offset` is the command's position in its commands partition: unique for ever within the shard and the same
+    when the command is processed again after an abort, so ids derived from it (run ids) are unique and stable.
     `workflow` is changed in place; if this raises (a bug, never bad input), the caller must discard it.
     """
     if not _DECIDERS:
         _DECIDERS.update(_deciders())
-    writer = Writer(workflow, now_ms, config, command)
+    writer = Writer(workflow, now_ms, config, command, offset)
     name, body = command["body"]
     decider = _DECIDERS.get(name)
     if decider is None:

@@ -51,8 +51,9 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
     wf, cmd = w.workflow, w.command
     parent = body["parent"]
     current = wf.current
-    if current is not None and current.start_request_id == cmd["request_id"]:
-        w.reply(("ostinato.reply.WorkflowStarted", {"run_id": current.run_id, "started": True}))  # a retried start
+    retried = next((r.run_id for r in wf.runs.values() if r.start_request_id == cmd["request_id"]), None)
+    if retried is not None:  # a retried start, perhaps of a run that is no longer current
+        w.reply(("ostinato.reply.WorkflowStarted", {"run_id": retried, "started": True}))
         return w.step
     if (problem := _invalid(body)) is not None:
         return _refuse(w, body, "INVALID_ARGUMENT", problem)
@@ -73,8 +74,10 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
     elif current is not None and _reuse_forbidden(reuse, current.status):
         return _refuse(w, body, "ALREADY_STARTED", f"workflow {wf.workflow_id} already ran ({current.status}) and "
                                                    f"the id reuse policy {reuse} forbids another run", current.run_id)
-    run_id = new_run_id(wf.namespace, wf.workflow_id, cmd["request_id"])
     now = w.now_ms
+    # Unique for ever (archives are keyed by it: the command's offset never repeats in its shard), yet a pure
+    # function of the command, so processing it again after an aborted transaction gives the same id.
+    run_id = new_run_id(wf.namespace, wf.workflow_id, cmd["request_id"], str(w.offset))
     timeout = body["task_timeout_ms"] or w.config.default_task_timeout_ms
     start_run(w, run_id, {
         "workflow_type": body["workflow_type"], "task_queue": body["task_queue"], "input": body["input"],

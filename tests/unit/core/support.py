@@ -47,7 +47,7 @@ class Harness:
     def send(self, name: str, body: Record | None = None, **envelope: Any) -> Step:
         self.counter += 1
         envelope.setdefault("request_id", f"req-{self.counter}")
-        step = decide(self.workflow, command(name, body, **envelope), self.now, self.config)
+        step = decide(self.workflow, command(name, body, **envelope), self.now, self.config, offset=self.counter)
         self.history.extend(step.events)
         self.steps.append(step)
         self.check_replay()

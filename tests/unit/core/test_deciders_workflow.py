@@ -181,7 +181,7 @@ def parent_and_child(policy: str = "UNSPECIFIED") -> tuple[Shard, Shard, int]:
 def test_fresh_start_writes_the_first_events_and_dispatches_the_first_task() -> None:
     h = shard()
     step = start(h, request_id="r1", input=[PAYLOAD], memo={"m": PAYLOAD}, search_attributes={"s": PAYLOAD})
-    run_id = new_run_id(NS, WF, "r1")
+    run_id = new_run_id(NS, WF, "r1", str(h.counter))
     assert types(step) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
     started = attrs(step, ev.WORKFLOW_EXECUTION_STARTED)
     assert (started["workflow_type"], started["task_queue"], started["input"]) == ("Order", "orders", [PAYLOAD])
@@ -238,7 +238,7 @@ def test_id_conflict_policy_while_running(reuse: str, conflict: str, outcome: st
         assert step.events == [] and step.rejection is None
         assert reply(step) == ("ostinato.reply.WorkflowStarted", {"run_id": old, "started": False})
     else:
-        new = new_run_id(NS, WF, "r2")
+        new = new_run_id(NS, WF, "r2", str(h.counter))
         assert types(step, old) == [ev.WORKFLOW_EXECUTION_TERMINATED]
         assert "id conflict policy" in attrs(step, ev.WORKFLOW_EXECUTION_TERMINATED)["reason"]
         assert types(step, new)[:1] == [ev.WORKFLOW_EXECUTION_STARTED]
@@ -267,7 +267,7 @@ def test_id_reuse_policy_after_close(reuse: str, closed: str, allowed: bool) -> 
     old = start_and_close(h, closed)
     step = start(h, request_id="again", id_reuse_policy=reuse)
     if allowed:
-        new = new_run_id(NS, WF, "again")
+        new = new_run_id(NS, WF, "again", str(h.counter))
         assert types(step, new) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED,
                                     ev.WORKFLOW_TASK_STARTED]
         assert types(step, old) == []  # a closed run is not terminated again
@@ -406,7 +406,7 @@ def test_signal_with_start(setup: str, expected: str) -> None:
     assert (signaled["signal_name"], signaled["input"], signaled["request_id"]) == ("go", [PAYLOAD], "sws")
     assert h.run.signal_count == 1
     if expected == "started":
-        assert h.run_id == new_run_id(NS, WF, "sws") != before
+        assert h.run_id == new_run_id(NS, WF, "sws", str(h.counter)) != before
         assert types(step) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_EXECUTION_SIGNALED,
                                ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
         assert reply(step) == ("ostinato.reply.WorkflowStarted", {"run_id": h.run_id, "started": True})
@@ -838,9 +838,10 @@ def test_retention_of_an_older_run_keeps_the_current_pointer() -> None:
     h = shard()
     old = start_and_close(h, "COMPLETED")
     start(h, request_id="second")
+    started_at = h.counter
     step = fire(h, "RETENTION", h.workflow.runs[old].close_time_ms + h.config.retention_ms, run_id=old)
     assert of(step, DeleteRun) == [DeleteRun(NS, WF, old)]
-    assert list(h.workflow.runs) == [h.run_id] and h.run_id == new_run_id(NS, WF, "second")
+    assert list(h.workflow.runs) == [h.run_id] and h.run_id == new_run_id(NS, WF, "second", str(started_at))
     assert not step.pointer_changed
 
 

@@ -490,8 +490,8 @@ def test_a_decision_that_raises_commits_nothing_and_is_retried(engine: InMemoryE
 
     real_decide = engine_module.decide
 
-    def crash_after_deciding(*args: Any) -> Any:
-        real_decide(*args)  # the workflow copy is changed, then the "transaction" aborts
+    def crash_after_deciding(*args: Any, **kwargs: Any) -> Any:
+        real_decide(*args, **kwargs)  # the workflow copy is changed, then the "transaction" aborts
         raise RuntimeError("bug in a decider")
 
     engine.start_workflow(NS, "fragile", "F", Q)
