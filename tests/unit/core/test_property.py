@@ -51,7 +51,8 @@ PARENT = {"namespace": NS, "workflow_id": "parent-wf", "run_id": "parent-run", "
 ORIGIN = {"namespace": NS, "workflow_id": "caller", "run_id": "caller-run", "initiated_event_id": 9}
 REUSE = ["UNSPECIFIED", "ALLOW_DUPLICATE", "ALLOW_DUPLICATE_FAILED_ONLY", "REJECT_DUPLICATE", "TERMINATE_IF_RUNNING"]
 CONFLICT = ["UNSPECIFIED", "FAIL", "USE_EXISTING", "TERMINATE_EXISTING"]
-STATUSES = ["UNSPECIFIED", "RUNNING", "COMPLETED", "FAILED", "CANCELED", "TERMINATED", "CONTINUED_AS_NEW", "TIMED_OUT"]
+CHILD_CLOSES = ["COMPLETED", "FAILED", "CANCELED", "TERMINATED", "TIMED_OUT"]  # what a closed child reports
+STATUSES = ["UNSPECIFIED", "RUNNING", *CHILD_CLOSES, "CONTINUED_AS_NEW"]
 RETRY_STATES = ["UNSPECIFIED", "IN_PROGRESS", "NON_RETRYABLE_FAILURE", "TIMEOUT", "MAXIMUM_ATTEMPTS_REACHED",
                 "RETRY_POLICY_NOT_SET", "CANCEL_REQUESTED"]
 TASK_FAILED_CAUSES = ["UNSPECIFIED", "NONDETERMINISM", "WORKFLOW_WORKER_UNHANDLED_FAILURE", "BAD_COMMAND",
@@ -665,20 +666,7 @@ class CoreMachine(RuleBasedStateMachine):
             self.report(data, data.draw(st.sampled_from(activities)), "live",
                         ["completed", "completed", "started", "heartbeat", "failed", "failed", "canceled"])
         elif kind == "child":
-            run_id, child = data.draw(st.sampled_from(children))
-            execution = {"workflow_id": child.workflow_id, "run_id": f"{child.workflow_id}-run"}
-            if not child.started_event_id:
-                body: Record = {"initiated_event_id": child.initiated_event_id, "child": execution,
-                                "workflow_type": child.workflow_type}
-                self.send("ChildWorkflowExecutionStartedNotification", body, run_id=run_id, reply_partition=None,
-                          identity="ostinato")
-            else:
-                status = data.draw(st.sampled_from(["COMPLETED", "FAILED", "CANCELED", "TERMINATED", "TIMED_OUT"]))
-                body = {"initiated_event_id": child.initiated_event_id, "child": execution,
-                        "workflow_type": child.workflow_type, "status": status,
-                        "failure": {"message": "child failed"} if status == "FAILED" else None}
-                self.send("ChildWorkflowExecutionClosedNotification", body, run_id=run_id, reply_partition=None,
-                          identity="ostinato")
+            self.child_notification(data, children, plausible=True)
         elif kind == "external":
             self.external_result(data, requests, plausible=True)
         elif kind == "next_deadline":
@@ -724,13 +712,18 @@ class CoreMachine(RuleBasedStateMachine):
             self.send("ArchivalCompleted", {"uri": f"mem://archive/{run_id}", "event_count": 1}, run_id=run_id,
                       reply_partition=None, identity="archiver")
 
-    def child_notification(self, data: st.DataObject, children: list[tuple[str, Any]]) -> None:
-        kind = data.draw(st.sampled_from(["started", "start_failed", "closed"]))
-        if children and not data.draw(one_in(5)):
+    def child_notification(self, data: st.DataObject, children: list[tuple[str, Any]], plausible: bool = False) -> None:
+        """Plausible: the next thing for a pending child (started, or else closed in one of the five ways).
+        Otherwise anything: for children that already started or never were, any status, any retry state."""
+        kinds, statuses = ["started", "start_failed", "closed"], STATUSES
+        if children and (plausible or not data.draw(one_in(5))):
             run_id, child = data.draw(st.sampled_from(children))
             initiated, child_id = child.initiated_event_id, child.workflow_id
+            if plausible:
+                kinds, statuses = (["closed"], CHILD_CLOSES) if child.started_event_id else (kinds[:2], statuses)
         else:
             run_id, initiated, child_id = self.pick_run_id(data), data.draw(st.integers(0, 40)), "child-1"
+        kind = data.draw(st.sampled_from(kinds))
         execution = {"workflow_id": child_id, "run_id": f"{child_id}-run"}
         if kind == "started":
             body: Record = {"initiated_event_id": initiated, "child": execution, "workflow_type": "Child"}
@@ -741,7 +734,7 @@ class CoreMachine(RuleBasedStateMachine):
                                                         "NAMESPACE_NOT_FOUND"]))}
             name = "StartChildWorkflowExecutionFailedNotification"
         else:
-            status = data.draw(st.sampled_from(STATUSES))
+            status = data.draw(st.sampled_from(statuses))
             body = {"initiated_event_id": initiated, "child": execution, "workflow_type": "Child", "status": status,
                     "result": [JSON] if status == "COMPLETED" else [],
                     "failure": {"message": "child failed"} if status == "FAILED" else None,
