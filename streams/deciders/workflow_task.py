@@ -73,24 +73,21 @@ def fail_task(w: Writer, run: RunState, cause: str, failure: Record | str) -> No
     """Record the first failure of a task in history; retry it transiently, with backoff from the third attempt."""
     if isinstance(failure, str):
         failure = make_failure(failure)
-    task = run.workflow_task
-    assert task is not None
-    if task.transient:
-        w.edit(run.run_id).workflow_task = None
-    else:
-        w.append(run.run_id, ev.WORKFLOW_TASK_FAILED, {
-            "scheduled_event_id": task.scheduled_event_id, "started_event_id": task.started_event_id,
-            "cause": cause, "failure": failure, "identity": w.command["identity"]})
-    schedule_transient_task(w, run.run_id, task.attempt + 1)
+    _end_and_retry(w, run, ev.WORKFLOW_TASK_FAILED,
+                   {"cause": cause, "failure": failure, "identity": w.command["identity"]})
 
 
 def timed_out(w: Writer, run: RunState) -> None:
+    _end_and_retry(w, run, ev.WORKFLOW_TASK_TIMED_OUT, {"timeout_type": "START_TO_CLOSE"})
+
+
+def _end_and_retry(w: Writer, run: RunState, event_type: str, attrs: Record) -> None:
+    """End the task in flight (an event, unless it was a transient attempt) and dispatch the next attempt."""
     task = run.workflow_task
     assert task is not None
     if task.transient:
         w.edit(run.run_id).workflow_task = None
     else:
-        w.append(run.run_id, ev.WORKFLOW_TASK_TIMED_OUT, {
-            "scheduled_event_id": task.scheduled_event_id, "started_event_id": task.started_event_id,
-            "timeout_type": "START_TO_CLOSE"})
+        w.append(run.run_id, event_type, {"scheduled_event_id": task.scheduled_event_id,
+                                          "started_event_id": task.started_event_id, **attrs})
     schedule_transient_task(w, run.run_id, task.attempt + 1)
