@@ -1,6 +1,5 @@
-"""Workflow task, activity and timer deciders: events, actions, rejections and state, one table per behaviour.
-
-Every step goes through `Harness`, which replays the history after it and compares the durable state byte for byte.
+"""Workflow task deciders: stale answers, every workflow command, invalid batches, failures, timeouts and transient
+retries. Every step goes through `Harness`, which replays the history and compares the durable state byte for byte.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import pytest
 
 from ostinato.streams.actions import (
     CancelTimer,
-    Deadline,
     DispatchActivityTask,
     DispatchWorkflowTask,
     Reply,
@@ -21,179 +19,43 @@ from ostinato.streams.actions import (
     SendCommand,
     UpsertVisibility,
 )
-from ostinato.streams.config import Config, Limits
-from ostinato.streams.deadlines import deadlines, fire_timer_body
-from ostinato.streams.failures import failure as make_failure
+from ostinato.streams.config import Config
 from ostinato.streams.model import encode_run
 from ostinato.streams.retry import DEFAULT_ACTIVITY_RETRY
 from ostinato.streams.writer import Step
-from tests.unit.core.support import NS, WF, Harness, wf_command
-
-Record = dict[str, Any]
-Command = tuple[str, Record]
-START = 1_000_000  # Harness.now at the beginning
-TASK_TIMEOUT = 10_000  # Config.default_task_timeout_ms
-PARENT = {"namespace": NS, "workflow_id": "parent-1", "run_id": "parent-run", "initiated_event_id": 7,
-          "parent_close_policy": "TERMINATE"}
-
-
-# -- helpers ----------------------------------------------------------------------------------------------------
-
-def payload(data: bytes, encoding: bytes = b"json/plain") -> Record:
-    return {"metadata": {"encoding": encoding}, "data": data}
-
-
-NULL = payload(b"", b"binary/null")
-
-
-def types(step: Step, run_id: str | None = None) -> list[str]:
-    return [e["event_type"] for r, e in step.events if run_id is None or r == run_id]
-
-
-def attrs(step: Step, event_type: str) -> Record:
-    found = [e["attributes"][1] for _, e in step.events if e["event_type"] == event_type]
-    assert len(found) == 1, f"{event_type}: {len(found)} in {types(step)}"
-    return found[0]
-
-
-def event(step: Step, event_type: str) -> Record:
-    found = [e for _, e in step.events if e["event_type"] == event_type]
-    assert len(found) == 1, f"{event_type}: {len(found)} in {types(step)}"
-    return found[0]
-
-
-def of(step: Step, cls: type) -> list[Any]:
-    return [a for a in step.actions if isinstance(a, cls)]
-
-
-def timers(step: Step, cls: type[ScheduleTimer] | type[CancelTimer]) -> list[tuple[str, int, int]]:
-    """(kind, fire_at, attempt) of the Schedule/CancelTimer actions of a step."""
-    return [(a.deadline.kind, a.deadline.fire_at_ms, a.deadline.attempt) for a in of(step, cls)]
-
-
-def reply(step: Step) -> tuple[str, Record]:
-    replies = of(step, Reply)
-    assert len(replies) == 1
-    return replies[0].body
-
-
-def rejected(step: Step) -> str:
-    assert step.rejection is not None, f"not rejected: {types(step)}"
-    assert step.events == []
-    assert reply(step) == ("ostinato.reply.Rejected", step.rejection)
-    return str(step.rejection["code"])
-
-
-def task_failed_reply(step: Step) -> str:
-    """The cause named in the answer to a completion that failed its task (the command itself was not refused)."""
-    assert step.rejection is None
-    name, body = reply(step)
-    assert (name, body["code"]) == ("ostinato.reply.Rejected", "INVALID_ARGUMENT")
-    return str(body["message"]).split(":")[0]
-
-
-def failure(message: str = "boom", **fields: Any) -> Record:
-    return make_failure(message, "APPLICATION", **fields)
-
-
-def activity_cmd(activity_id: str = "a1", **fields: Any) -> Command:
-    body = {"activity_id": activity_id, "activity_type": "Charge", "start_to_close_timeout_ms": 5_000, **fields}
-    return wf_command("ScheduleActivityTaskCommand", body)
-
-
-def timer_cmd(timer_id: str = "t1", ms: int = 5_000) -> Command:
-    return wf_command("StartTimerCommand", {"timer_id": timer_id, "start_to_fire_timeout_ms": ms})
-
-
-def child_cmd(workflow_id: str = "child-1", **fields: Any) -> Command:
-    return wf_command("StartChildWorkflowExecutionCommand",
-                      {"workflow_id": workflow_id, "workflow_type": "Ship", **fields})
-
-
-def signal_ext_cmd(workflow_id: str = "other-1", **fields: Any) -> Command:
-    return wf_command("SignalExternalWorkflowExecutionCommand",
-                      {"execution": {"workflow_id": workflow_id, "run_id": "r-9"}, "signal_name": "poke", **fields})
-
-
-def cancel_ext_cmd(workflow_id: str = "other-1", **fields: Any) -> Command:
-    return wf_command("RequestCancelExternalWorkflowExecutionCommand",
-                      {"execution": {"workflow_id": workflow_id, "run_id": ""}, "reason": "stop", **fields})
-
-
-COMPLETE = wf_command("CompleteWorkflowExecutionCommand", {"result": [payload(b"42")]})
-FAIL = wf_command("FailWorkflowExecutionCommand", {"failure": failure("workflow failed")})
-CANCEL = wf_command("CancelWorkflowExecutionCommand", {})
-CONTINUE = wf_command("ContinueAsNewWorkflowExecutionCommand", {})
-
-
-class Flow(Harness):
-    """The harness plus the moves these tests make again and again."""
-
-    def signal(self, name: str = "poke") -> Step:
-        return self.send("SignalWorkflowExecution", {"signal_name": name}, run_id=self.run_id)
-
-    def fail_task(self, cause: str = "WORKFLOW_WORKER_UNHANDLED_FAILURE", **body: Any) -> Step:
-        task = self.run.workflow_task
-        assert task is not None
-        return self.send("RespondWorkflowTaskFailed", {
-            "scheduled_event_id": task.scheduled_event_id, "attempt": task.attempt, "cause": cause,
-            "failure": failure("workflow code raised"), **body}, run_id=self.run_id)
-
-    def deadline(self, kind: str) -> Deadline:
-        found = [d for d in deadlines(self.run, self.config) if d.kind == kind]
-        assert len(found) == 1, f"{kind}: {found}"
-        return found[0]
-
-    def fire(self, due: Deadline, at: int | None = None) -> Step:
-        self.now = max(self.now, due.fire_at_ms if at is None else at)
-        return self.send("FireTimer", fire_timer_body(due)[1], run_id=due.run_id)
-
-    def fire_kind(self, kind: str) -> Step:
-        return self.fire(self.deadline(kind))
-
-    def activity(self, name: str, sid: int, attempt: int | None = None, identity: str = "worker-1",
-                 **body: Any) -> Step:
-        if attempt is None:
-            attempt = self.run.activities[sid].attempt
-        return self.send(name, {"scheduled_event_id": sid, "attempt": attempt, **body}, run_id=self.run_id,
-                         identity=identity)
-
-
-def started_flow(config: Config | None = None, **start: Any) -> Flow:
-    flow = Flow(config=config or Config())
-    flow.start(**start)
-    return flow
-
-
-def with_activity(config: Config | None = None, started: bool = False, **fields: Any) -> tuple[Flow, int]:
-    """A run with one activity scheduled (and started), no workflow task in flight."""
-    flow = started_flow(config)
-    step = flow.complete_task(activity_cmd(**fields))
-    sid = int(event(step, "ACTIVITY_TASK_SCHEDULED")["event_id"])
-    if started:
-        flow.activity("RecordActivityTaskStarted", sid)
-    assert flow.run.workflow_task is None
-    return flow, sid
-
-
-def with_task_in_flight(flow: Flow) -> Flow:
-    """Give the run a fresh workflow task (through a signal) so it can answer with more commands."""
-    flow.signal("next")
-    assert flow.run.workflow_task is not None
-    return flow
-
-
-def assert_dispatched(step: Step, flow: Flow, transient: bool, attempt: int) -> DispatchWorkflowTask:
-    dispatches = of(step, DispatchWorkflowTask)
-    assert len(dispatches) == 1, step.actions
-    task = flow.run.workflow_task
-    assert task is not None
-    assert dispatches[0] == DispatchWorkflowTask(
-        NS, WF, flow.run_id, "orders", task.scheduled_event_id, task.started_event_id, attempt,
-        flow.run.last_workflow_task_started_event_id, transient)
-    assert task.transient is transient
-    return dispatches[0]
-
+from tests.unit.core.support import NS, WF, wf_command
+from tests.unit.core.task_support import (
+    CANCEL,
+    COMPLETE,
+    CONTINUE,
+    FAIL,
+    NULL,
+    PARENT,
+    START,
+    TASK_TIMEOUT,
+    Command,
+    Flow,
+    Record,
+    activity_cmd,
+    assert_dispatched,
+    attrs,
+    cancel_ext_cmd,
+    child_cmd,
+    event,
+    failure,
+    of,
+    payload,
+    rejected,
+    reply,
+    signal_ext_cmd,
+    started_flow,
+    task_failed_reply,
+    timer_cmd,
+    timers,
+    types,
+    with_limits,
+    with_task_in_flight,
+)
 
 # -- workflow task answers that are not for the task in flight ----------------------------------------------------
 
@@ -618,8 +480,6 @@ def test_continue_as_new_backoff_delays_the_first_task_of_the_new_run() -> None:
 
 # -- invalid batches --------------------------------------------------------------------------------------------------
 
-def _limits(**limits: int) -> Config:
-    return Config(limits=Limits(**limits))
 
 
 INVALID_BATCHES = [
@@ -650,16 +510,16 @@ INVALID_BATCHES = [
     pytest.param(None, None, lambda f: [signal_ext_cmd("")], "target workflow_id is required",
                  id="signal external without workflow id"),
     pytest.param(None, None, lambda f: [_marker("")], "marker_name is required", id="marker without a name"),
-    pytest.param(_limits(max_pending_activities=2), None,
+    pytest.param(with_limits(max_pending_activities=2), None,
                  lambda f: [activity_cmd("a1"), activity_cmd("a2"), activity_cmd("a3")], "max_pending_activities",
                  id="over max_pending_activities in one batch"),
-    pytest.param(_limits(max_pending_activities=1), lambda f: (f.complete_task(activity_cmd("a1")),
+    pytest.param(with_limits(max_pending_activities=1), lambda f: (f.complete_task(activity_cmd("a1")),
                                                                with_task_in_flight(f)),
                  lambda f: [activity_cmd("a2")], "max_pending_activities",
                  id="over max_pending_activities with one pending"),
-    pytest.param(_limits(max_pending_children=1), None, lambda f: [child_cmd("c1"), child_cmd("c2")],
+    pytest.param(with_limits(max_pending_children=1), None, lambda f: [child_cmd("c1"), child_cmd("c2")],
                  "max_pending_children", id="over max_pending_children"),
-    pytest.param(_limits(max_pending_external_requests=1), None, lambda f: [signal_ext_cmd(), cancel_ext_cmd()],
+    pytest.param(with_limits(max_pending_external_requests=1), None, lambda f: [signal_ext_cmd(), cancel_ext_cmd()],
                  "max_pending_external_requests", id="over max_pending_external_requests"),
 ]
 
@@ -885,7 +745,7 @@ def test_completing_a_transient_attempt_writes_its_events_under_the_reserved_ids
 
 
 def test_materialised_transient_task_records_the_continue_as_new_suggestion() -> None:
-    flow = started_flow(_limits(history_warn_events=4))
+    flow = started_flow(with_limits(history_warn_events=4))
     flow.fail_task()
     step = flow.complete_task()
     assert attrs(step, "WORKFLOW_TASK_STARTED")["history_length"] == 6
@@ -919,369 +779,3 @@ def test_failed_task_with_new_events_is_retried_with_them() -> None:
     assert types(step) == ["WORKFLOW_TASK_FAILED"]
     assert_dispatched(step, flow, transient=True, attempt=2)
 
-
-# -- activities -----------------------------------------------------------------------------------------------------
-
-def test_activity_started_then_again_by_the_same_worker_is_idempotent() -> None:
-    flow, sid = with_activity(schedule_to_start_timeout_ms=2_000)
-    step = flow.activity("RecordActivityTaskStarted", sid)
-    assert step.events == []
-    assert reply(step) == ("ostinato.reply.Accepted", {"run_id": flow.run_id, "cancel_requested": False})
-    activity = flow.run.activities[sid]
-    assert (activity.started_time_ms, activity.started_identity) == (START, "worker-1")
-    assert timers(step, CancelTimer) == [("ACTIVITY_SCHEDULE_TO_START", START + 2_000, 1)]
-    assert timers(step, ScheduleTimer) == [("ACTIVITY_START_TO_CLOSE", START + 5_000, 1)]
-    before = encode_run(flow.run)
-    flow.now += 100
-    again = flow.activity("RecordActivityTaskStarted", sid)
-    assert again.rejection is None and again.events == []
-    assert again.actions == of(again, Reply)
-    assert encode_run(flow.run) == before
-
-
-def _started_by_other(flow: Flow, sid: int) -> Step:
-    flow.activity("RecordActivityTaskStarted", sid)
-    return flow.activity("RecordActivityTaskStarted", sid, identity="worker-2")
-
-
-def _waiting_retry(flow: Flow, sid: int) -> Step:
-    flow.activity("RespondActivityTaskFailed", sid, failure=failure())
-    return flow.activity("RecordActivityTaskStarted", sid, attempt=2)
-
-
-STALE_ACTIVITY_REPORTS = [
-    pytest.param(_started_by_other, "STALE_TASK", id="started by another worker"),
-    pytest.param(lambda f, sid: f.activity("RecordActivityTaskStarted", sid, attempt=2), "STALE_TASK",
-                 id="wrong attempt"),
-    pytest.param(lambda f, sid: f.activity("RespondActivityTaskCompleted", 99, attempt=1), "STALE_TASK",
-                 id="unknown scheduled event id"),
-    pytest.param(_waiting_retry, "STALE_TASK", id="next attempt still waiting for its backoff"),
-    pytest.param(lambda f, sid: f.send("RecordActivityTaskHeartbeat", {"scheduled_event_id": sid, "attempt": 1}),
-                 "NOT_FOUND", id="no run id"),
-    pytest.param(lambda f, sid: (f.activity("RespondActivityTaskCompleted", sid),
-                                 f.activity("RespondActivityTaskCompleted", sid, attempt=1))[1], "STALE_TASK",
-                 id="duplicate completion"),
-    pytest.param(lambda f, sid: f.activity("RespondActivityTaskCanceled", sid), "INVALID_ARGUMENT",
-                 id="canceled without a cancel request"),
-]
-
-
-@pytest.mark.parametrize(("report", "code"), STALE_ACTIVITY_REPORTS)
-def test_activity_report_that_does_not_apply_is_rejected(report: Callable[[Flow, int], Step], code: str) -> None:
-    flow, sid = with_activity()
-    step = report(flow, sid)
-    assert rejected(step) == code
-    assert step.actions == of(step, Reply)
-
-
-def test_activity_report_for_a_closed_run_is_stale() -> None:
-    flow, sid = with_activity()
-    flow.send("TerminateWorkflowExecution", {"reason": "stop"}, run_id=flow.run_id)
-    assert rejected(flow.activity("RespondActivityTaskCompleted", sid, attempt=1)) == "STALE_TASK"
-
-
-@pytest.mark.parametrize(("started", "cancel"), [
-    pytest.param(False, False, id="heartbeat implies started"),
-    pytest.param(True, False, id="heartbeat of a started activity"),
-    pytest.param(True, True, id="heartbeat tells the worker of a cancel request"),
-])
-def test_activity_heartbeat(started: bool, cancel: bool) -> None:
-    flow, sid = with_activity(started=started, heartbeat_timeout_ms=1_000)
-    if cancel:
-        with_task_in_flight(flow)
-        flow.complete_task(wf_command("RequestCancelActivityTaskCommand", {"scheduled_event_id": sid}))
-    flow.now += 600
-    step = flow.activity("RecordActivityTaskHeartbeat", sid, identity="worker-1", details=[payload(b'"50%"')])
-    assert step.events == []
-    assert reply(step) == ("ostinato.reply.Accepted", {"run_id": flow.run_id, "cancel_requested": cancel})
-    activity = flow.run.activities[sid]
-    assert activity.heartbeat_details == [payload(b'"50%"')]
-    assert activity.last_heartbeat_time_ms == flow.now
-    assert activity.started_identity == "worker-1"
-    started_at = START if started else flow.now
-    assert activity.started_time_ms == started_at
-    assert ("ACTIVITY_HEARTBEAT", flow.now + 1_000, 1) in timers(step, ScheduleTimer)
-    if started:
-        assert timers(step, CancelTimer) == [("ACTIVITY_HEARTBEAT", START + 1_000, 1)]
-
-
-@pytest.mark.parametrize("started", [pytest.param(True, id="started"), pytest.param(False, id="not yet started")])
-def test_activity_completed(started: bool) -> None:
-    flow, sid = with_activity(started=started)
-    step = flow.activity("RespondActivityTaskCompleted", sid, result=[payload(b"ok")])
-    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_COMPLETED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
-    s, done = attrs(step, "ACTIVITY_TASK_STARTED"), attrs(step, "ACTIVITY_TASK_COMPLETED")
-    assert (s["scheduled_event_id"], s["attempt"], s["identity"], s["last_failure"]) == (
-        sid, 1, "worker-1" if started else "", None)
-    assert (done["scheduled_event_id"], done["started_event_id"], done["result"]) == (
-        sid, event(step, "ACTIVITY_TASK_STARTED")["event_id"], [payload(b"ok")])
-    assert flow.run.activities == {}
-    assert_dispatched(step, flow, transient=False, attempt=1)
-
-
-def test_activity_canceled_after_a_cancel_request() -> None:
-    flow, sid = with_activity(started=True)
-    with_task_in_flight(flow)
-    requested = event(flow.complete_task(wf_command("RequestCancelActivityTaskCommand", {"scheduled_event_id": sid})),
-                      "ACTIVITY_TASK_CANCEL_REQUESTED")
-    step = flow.activity("RespondActivityTaskCanceled", sid, details=[payload(b'"bye"')])
-    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_CANCELED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
-    canceled = attrs(step, "ACTIVITY_TASK_CANCELED")
-    assert (canceled["latest_cancel_requested_event_id"], canceled["details"]) == (
-        requested["event_id"], [payload(b'"bye"')])
-    assert flow.run.activities == {}
-
-
-def test_activity_retry_cycle_writes_only_the_last_attempt() -> None:
-    flow, sid = with_activity(started=True, heartbeat_timeout_ms=1_000)
-    flow.activity("RecordActivityTaskHeartbeat", sid, details=[payload(b"1")])
-    flow.now += 300
-    first = failure("declined")
-    step = flow.activity("RespondActivityTaskFailed", sid, failure=first)
-    assert step.events == []
-    assert reply(step) == ("ostinato.reply.Accepted", {"run_id": flow.run_id, "cancel_requested": False})
-    activity = flow.run.activities[sid]
-    assert (activity.attempt, activity.next_attempt_time_ms, activity.started_time_ms) == (2, flow.now + 1_000, None)
-    assert activity.last_failure is not None and activity.last_failure["last_heartbeat_details"] == [payload(b"1")]
-    assert timers(step, ScheduleTimer) == [("ACTIVITY_RETRY", flow.now + 1_000, 2)]
-    assert {k for k, _, _ in timers(step, CancelTimer)} == {"ACTIVITY_START_TO_CLOSE", "ACTIVITY_HEARTBEAT"}
-    assert of(step, DispatchActivityTask) == []
-    step = flow.fire_kind("ACTIVITY_RETRY")
-    assert step.events == []
-    assert of(step, DispatchActivityTask) == [DispatchActivityTask(NS, WF, flow.run_id, sid, 2)]
-    assert flow.run.activities[sid].current_attempt_scheduled_time_ms == flow.now
-    flow.activity("RecordActivityTaskStarted", sid, identity="worker-2")
-    step = flow.activity("RespondActivityTaskCompleted", sid, identity="worker-2")
-    s = attrs(step, "ACTIVITY_TASK_STARTED")
-    assert (s["attempt"], s["identity"], s["last_failure"]["message"]) == (2, "worker-2", "declined")
-    assert flow.events().count("ACTIVITY_TASK_STARTED") == 1
-
-
-@pytest.mark.parametrize(("policy", "backoffs"), [
-    pytest.param(None, [1_000, 2_000, 4_000], id="default policy doubles from 1s"),
-    pytest.param({"initial_interval_ms": 500, "backoff_coefficient": 3.0}, [500, 1_500, 4_500], id="custom"),
-    pytest.param({"initial_interval_ms": 500, "backoff_coefficient": 3.0, "maximum_interval_ms": 2_000},
-                 [500, 1_500, 2_000], id="capped by maximum interval"),
-])
-def test_activity_retry_backoff_follows_the_policy(policy: Record | None, backoffs: list[int]) -> None:
-    flow, sid = with_activity(started=True, retry_policy=policy)
-    seen = []
-    for _ in backoffs:
-        flow.activity("RespondActivityTaskFailed", sid, failure=failure())
-        seen.append(flow.deadline("ACTIVITY_RETRY").fire_at_ms - flow.now)
-        flow.fire_kind("ACTIVITY_RETRY")
-    assert seen == backoffs
-
-
-FINAL_FAILURES = [
-    pytest.param({"retry_policy": {"non_retryable_error_types": ["CardDeclined"]}}, {"type": "CardDeclined"}, 0,
-                 "NON_RETRYABLE_FAILURE", id="non-retryable error type"),
-    pytest.param({}, {"non_retryable": True}, 0, "NON_RETRYABLE_FAILURE", id="non_retryable flag"),
-    pytest.param({"retry_policy": {"maximum_attempts": 1}}, {}, 0, "MAXIMUM_ATTEMPTS_REACHED",
-                 id="maximum attempts 1"),
-    pytest.param({"schedule_to_close_timeout_ms": 1_500}, {}, 600, "TIMEOUT",
-                 id="schedule-to-close before the backoff ends"),
-    pytest.param({"schedule_to_close_timeout_ms": 60_000}, {"next_retry_delay_ms": 59_500}, 600, "TIMEOUT",
-                 id="next_retry_delay_ms past schedule-to-close"),
-]
-
-
-@pytest.mark.parametrize(("schedule", "fail", "after", "retry_state"), FINAL_FAILURES)
-def test_activity_failure_that_is_not_retried(schedule: Record, fail: Record, after: int, retry_state: str) -> None:
-    flow, sid = with_activity(started=True, **schedule)
-    flow.now += after
-    step = flow.activity("RespondActivityTaskFailed", sid, failure=failure(**fail))
-    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_FAILED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
-    failed = attrs(step, "ACTIVITY_TASK_FAILED")
-    assert (failed["retry_state"], failed["identity"], failed["failure"]["message"]) == (
-        retry_state, "worker-1", "boom")
-    assert failed["started_event_id"] == event(step, "ACTIVITY_TASK_STARTED")["event_id"]
-    assert attrs(step, "ACTIVITY_TASK_STARTED")["attempt"] == 1
-    assert flow.run.activities == {}
-    assert_dispatched(step, flow, transient=False, attempt=1)
-
-
-def test_activity_failure_after_maximum_attempts_and_next_retry_delay() -> None:
-    flow, sid = with_activity(started=True, retry_policy={"maximum_attempts": 2})
-    flow.activity("RespondActivityTaskFailed", sid, failure=failure(next_retry_delay_ms=7_000))
-    assert flow.deadline("ACTIVITY_RETRY").fire_at_ms == flow.now + 7_000
-    flow.fire_kind("ACTIVITY_RETRY")
-    step = flow.activity("RespondActivityTaskFailed", sid, failure=failure("again"))
-    assert attrs(step, "ACTIVITY_TASK_FAILED")["retry_state"] == "MAXIMUM_ATTEMPTS_REACHED"
-    assert attrs(step, "ACTIVITY_TASK_STARTED")["attempt"] == 2
-
-
-def test_activity_failure_after_a_cancel_request_is_final() -> None:
-    flow, sid = with_activity(started=True)
-    with_task_in_flight(flow)
-    flow.complete_task(wf_command("RequestCancelActivityTaskCommand", {"scheduled_event_id": sid}))
-    step = flow.activity("RespondActivityTaskFailed", sid, failure=failure())
-    assert attrs(step, "ACTIVITY_TASK_FAILED")["retry_state"] == "CANCEL_REQUESTED"
-
-
-TIMEOUTS = [
-    pytest.param({"schedule_to_start_timeout_ms": 2_000}, False, "ACTIVITY_SCHEDULE_TO_START", "TIMEOUT",
-                 id="schedule-to-start is final"),
-    pytest.param({"schedule_to_close_timeout_ms": 8_000}, True, "ACTIVITY_SCHEDULE_TO_CLOSE", "TIMEOUT",
-                 id="schedule-to-close is final"),
-    pytest.param({"schedule_to_close_timeout_ms": 8_000}, False, "ACTIVITY_SCHEDULE_TO_CLOSE", "TIMEOUT",
-                 id="schedule-to-close of an activity never started"),
-    pytest.param({"start_to_close_timeout_ms": 3_000}, True, "ACTIVITY_START_TO_CLOSE", None,
-                 id="start-to-close is retried"),
-    pytest.param({"heartbeat_timeout_ms": 1_000}, True, "ACTIVITY_HEARTBEAT", None, id="heartbeat is retried"),
-    pytest.param({"retry_policy": {"maximum_attempts": 1}}, True, "ACTIVITY_START_TO_CLOSE",
-                 "MAXIMUM_ATTEMPTS_REACHED", id="start-to-close at maximum attempts is final"),
-    pytest.param({"heartbeat_timeout_ms": 1_000, "retry_policy": {"maximum_attempts": 1}}, True,
-                 "ACTIVITY_HEARTBEAT", "MAXIMUM_ATTEMPTS_REACHED", id="heartbeat at maximum attempts is final"),
-]
-
-
-@pytest.mark.parametrize(("schedule", "started", "kind", "retry_state"), TIMEOUTS)
-def test_activity_timeout(schedule: Record, started: bool, kind: str, retry_state: str | None) -> None:
-    flow, sid = with_activity(started=started, **schedule)
-    if started and "heartbeat_timeout_ms" in schedule:
-        flow.activity("RecordActivityTaskHeartbeat", sid, details=[payload(b"7")])
-    step = flow.fire_kind(kind)
-    timeout_type = kind.removeprefix("ACTIVITY_")
-    if retry_state is None:
-        assert step.events == []
-        activity = flow.run.activities[sid]
-        assert (activity.attempt, activity.next_attempt_time_ms) == (2, flow.now + 1_000)
-        assert activity.last_failure is not None and activity.last_failure["timeout_type"] == timeout_type
-        assert timers(step, ScheduleTimer) == [("ACTIVITY_RETRY", flow.now + 1_000, 2)]
-        return
-    expected = ["ACTIVITY_TASK_TIMED_OUT", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"]
-    assert types(step) == (["ACTIVITY_TASK_STARTED", *expected] if started else expected)
-    timed_out = attrs(step, "ACTIVITY_TASK_TIMED_OUT")
-    assert (timed_out["retry_state"], timed_out["failure"]["kind"], timed_out["failure"]["timeout_type"]) == (
-        retry_state, "TIMEOUT", timeout_type)
-    assert timed_out["started_event_id"] == (event(step, "ACTIVITY_TASK_STARTED")["event_id"] if started else 0)
-    assert flow.run.activities == {}
-    assert_dispatched(step, flow, transient=False, attempt=1)
-
-
-def test_heartbeat_timeout_failure_carries_the_last_details() -> None:
-    flow, sid = with_activity(started=True, heartbeat_timeout_ms=1_000, retry_policy={"maximum_attempts": 1})
-    flow.activity("RecordActivityTaskHeartbeat", sid, details=[payload(b'"half"')])
-    step = flow.fire_kind("ACTIVITY_HEARTBEAT")
-    assert attrs(step, "ACTIVITY_TASK_TIMED_OUT")["failure"]["last_heartbeat_details"] == [payload(b'"half"')]
-
-
-def _completed_then(kind: str) -> Callable[[Flow, int], Deadline]:
-    def stale(flow: Flow, sid: int) -> Deadline:
-        due = flow.deadline(kind)
-        flow.activity("RespondActivityTaskCompleted", sid)
-        return due
-    return stale
-
-
-def _heartbeat_moved(flow: Flow, sid: int) -> Deadline:
-    due = flow.deadline("ACTIVITY_HEARTBEAT")
-    flow.now += 500
-    flow.activity("RecordActivityTaskHeartbeat", sid)
-    return due
-
-
-def _retried(flow: Flow, sid: int) -> Deadline:
-    due = flow.deadline("ACTIVITY_START_TO_CLOSE")
-    flow.activity("RespondActivityTaskFailed", sid, failure=failure())
-    return due
-
-
-def _timer_canceled(flow: Flow, sid: int) -> Deadline:
-    with_task_in_flight(flow)
-    flow.complete_task(timer_cmd())
-    due = flow.deadline("USER_TIMER")
-    with_task_in_flight(flow)
-    flow.complete_task(wf_command("CancelTimerCommand", {"timer_id": "t1"}))
-    return due
-
-
-def _task_completed(flow: Flow, sid: int) -> Deadline:
-    with_task_in_flight(flow)
-    due = flow.deadline("WORKFLOW_TASK_TIMEOUT")
-    flow.complete_task()
-    return due
-
-
-def _unknown_run(flow: Flow, sid: int) -> Deadline:
-    return Deadline(START, "WORKFLOW_RUN_TIMEOUT", "no-such-run")
-
-
-STALE_DEADLINES = [
-    pytest.param(_completed_then("ACTIVITY_START_TO_CLOSE"), id="start-to-close after completion"),
-    pytest.param(_completed_then("ACTIVITY_HEARTBEAT"), id="heartbeat after completion"),
-    pytest.param(_completed_then("ACTIVITY_SCHEDULE_TO_CLOSE"), id="schedule-to-close after completion"),
-    pytest.param(_heartbeat_moved, id="heartbeat deadline moved by a later heartbeat"),
-    pytest.param(_retried, id="start-to-close of an attempt already retried"),
-    pytest.param(_timer_canceled, id="user timer canceled"),
-    pytest.param(_task_completed, id="workflow task timeout after completion"),
-    pytest.param(_unknown_run, id="unknown run"),
-]
-
-
-@pytest.mark.parametrize("make_stale", STALE_DEADLINES)
-def test_stale_fire_timer_does_nothing(make_stale: Callable[[Flow, int], Deadline]) -> None:
-    flow, sid = with_activity(started=True, heartbeat_timeout_ms=1_000, schedule_to_close_timeout_ms=60_000)
-    due = make_stale(flow, sid)
-    assert due not in deadlines(flow.run, flow.config)
-    before = encode_run(flow.run)
-    step = flow.fire(due, at=flow.now + 1)
-    assert (step.events, step.actions, step.rejection) == ([], [], None)
-    assert encode_run(flow.run) == before
-
-
-@pytest.mark.parametrize("timer_count", [pytest.param(1, id="one timer"), pytest.param(2, id="two timers")])
-def test_user_timer_fires(timer_count: int) -> None:
-    flow = started_flow()
-    flow.complete_task(*[timer_cmd(f"t{i}", 1_000 * (i + 1)) for i in range(timer_count)])
-    first = flow.run.timers["t0"]
-    step = flow.fire(flow.deadline("USER_TIMER") if timer_count == 1 else
-                     Deadline(first.fire_at_ms, "USER_TIMER", flow.run_id, timer_id="t0"))
-    assert types(step) == ["TIMER_FIRED", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"]
-    assert attrs(step, "TIMER_FIRED") == {"timer_id": "t0", "started_event_id": first.started_event_id}
-    assert sorted(flow.run.timers) == [f"t{i}" for i in range(1, timer_count)]
-    assert_dispatched(step, flow, transient=False, attempt=1)
-
-
-# -- limits -----------------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("warn", "suggest"), [
-    pytest.param(2, True, id="past the warning"),
-    pytest.param(3, True, id="at the warning"),
-    pytest.param(4, False, id="below the warning"),
-    pytest.param(10_000, False, id="default warning"),
-])
-def test_history_warning_suggests_continue_as_new(warn: int, suggest: bool) -> None:
-    flow = Flow(config=_limits(history_warn_events=warn))
-    step = flow.start()
-    started = attrs(step, "WORKFLOW_TASK_STARTED")
-    assert (started["history_length"], started["suggest_continue_as_new"]) == (3, suggest)
-
-
-@pytest.mark.parametrize(("cap", "terminated_at"), [
-    pytest.param(3, 4, id="at start"),
-    pytest.param(5, 6, id="after the first task"),
-    pytest.param(7, 9, id="after a timer fired"),
-    pytest.param(50_000, None, id="default cap far away"),
-])
-def test_history_hard_cap_terminates(cap: int, terminated_at: int | None) -> None:
-    flow = Flow(config=_limits(history_max_events=cap))
-    flow.start()
-    if flow.run.open:
-        flow.complete_task(timer_cmd())
-    if flow.run.open:
-        flow.fire_kind("USER_TIMER")
-    history = flow.events()
-    if terminated_at is None:
-        assert flow.run.open and "WORKFLOW_EXECUTION_TERMINATED" not in history
-        return
-    assert history[terminated_at - 1:] == ["WORKFLOW_EXECUTION_TERMINATED"]
-    assert flow.run.status == "TERMINATED"
-    step = flow.steps[-1]
-    reason = attrs(step, "WORKFLOW_EXECUTION_TERMINATED")["reason"]
-    assert f"the limit is {cap} (history_max_events)" in reason and "continue-as-new" in reason
-    assert of(step, UpsertVisibility)
