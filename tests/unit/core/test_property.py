@@ -23,7 +23,7 @@ from ostinato.streams.actions import (
 )
 from ostinato.streams.appliers import replay
 from ostinato.streams.config import Config, Limits
-from ostinato.streams.deadlines import deadlines, fire_timer_body
+from ostinato.streams.deadlines import deadlines, fire_timer_body, in_first_task_backoff
 from ostinato.streams.deciders import decide
 from ostinato.streams.model import Workflow, durable_bytes, encode_current, encode_run
 from ostinato.streams.writer import Step
@@ -91,6 +91,10 @@ REFERENCES: dict[str, list[tuple[str, str, bool]]] = {
     **{t: [("initiated_event_id", ev.REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED, False)]
        for t in _CANCEL_RESULTS},
 }
+# What the workflow code must see: once one is written, a workflow task must follow (none may be lost).
+WAKING = frozenset({ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_EXECUTION_CANCEL_REQUESTED, *_ACTIVITY_OUTCOMES,
+                    ev.TIMER_FIRED, ev.CHILD_WORKFLOW_EXECUTION_STARTED, ev.START_CHILD_WORKFLOW_EXECUTION_FAILED,
+                    *_CHILD_OUTCOMES, *_SIGNAL_RESULTS, *_CANCEL_RESULTS})
 # Outcomes that end the thing they name: at most one per activity, timer, workflow task, child or external request.
 ENDINGS: dict[str, tuple[str, str]] = {
     **dict.fromkeys(_ACTIVITY_OUTCOMES, ("activity", "scheduled_event_id")),
@@ -103,7 +107,8 @@ ENDINGS: dict[str, tuple[str, str]] = {
 
 
 def check_run_history(run_id: str, events: list[Record], workflow: Workflow) -> None:
-    """One run's history: contiguous ids, one terminal event last (iff closed), and every reference points back."""
+    """One run's history: contiguous ids, one terminal event last (iff closed), every reference points back, and
+    nothing the workflow must see is left without a workflow task to show it."""
     where = f"run {run_id}"
     assert [e["event_id"] for e in events] == list(range(1, len(events) + 1)), f"{where}: event ids not contiguous"
     assert events[0]["event_type"] == ev.WORKFLOW_EXECUTION_STARTED, f"{where}: does not begin with its start"
@@ -118,6 +123,10 @@ def check_run_history(run_id: str, events: list[Record], workflow: Workflow) -> 
         assert not terminal, f"{where} is RUNNING but has a terminal event"
     if live is not None:
         assert live.next_event_id == len(events) + 1, f"{where}: next_event_id disagrees with history"
+    if live is not None and live.open and live.workflow_task is None and not in_first_task_backoff(live):
+        seen = max((i for i, e in enumerate(events) if e["event_type"] == ev.WORKFLOW_TASK_STARTED), default=-1)
+        unseen = [e["event_type"] for e in events[seen + 1:] if e["event_type"] in WAKING]
+        assert not unseen, f"{where}: {unseen} written after the last workflow task, and no task follows"
     by_id: dict[int, Record] = {}
     ended: set[tuple[str, int]] = set()
     for e in events:
@@ -359,12 +368,12 @@ def _workflow_commands(sids: tuple[int, ...], used: tuple[str, ...], timer_ids: 
         "execution": execution, "reason": st.just("stop")}))
     kinds = [schedule, schedule, schedule, start_timer, start_timer, start_timer, marker, upsert, memo, child,
              signal_external, cancel_external]
-    if sids or messy:
-        kinds.append(_wf("RequestCancelActivityTaskCommand", st.fixed_dictionaries({
-            "scheduled_event_id": pick(list(sids), [0, 999], messy)})))
+    if sids or messy:  # cancel what is pending (messy: also what is not, or was already asked to cancel)
+        kinds += [_wf("RequestCancelActivityTaskCommand", st.fixed_dictionaries({
+            "scheduled_event_id": pick(list(sids), [0, 999], messy)}))] * 2
     if timer_ids or messy:
-        kinds.append(_wf("CancelTimerCommand", st.fixed_dictionaries({
-            "timer_id": pick(list(timer_ids), ["nope"], messy)})))
+        kinds += [_wf("CancelTimerCommand", st.fixed_dictionaries({
+            "timer_id": pick(list(timer_ids), ["nope"], messy)}))] * 2
     closing = st.one_of(
         _wf("CompleteWorkflowExecutionCommand", st.just({"result": [JSON]})),
         _wf("FailWorkflowExecutionCommand", st.fixed_dictionaries({"failure": failures})),
