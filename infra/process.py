@@ -67,12 +67,6 @@ def free_ports(count: int, host: str = "127.0.0.1", consecutive: bool = False) -
     raise InfraError(f"could not find {count} free ports on {host}")
 
 
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-        return True
-    return False
-
-
 def spawn(argv: Sequence[str], log_file: Path, pid_file: Path, env: dict[str, str] | None = None,
           cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start a detached process (own session, so Ctrl-C in a terminal does not reach it) and record its pid."""

@@ -71,7 +71,3 @@ CHILD = Lifecycle("child", {
     "INITIATED": frozenset({"STARTED", "NONE"}),
     "STARTED": frozenset({"NONE"}),
 })
-
-
-def is_closed(status: str) -> bool:
-    return status in _CLOSED

@@ -13,10 +13,16 @@ from ostinato.streams.model import ActivityState, Workflow
 Record = dict[str, Any]
 
 
+def _state(activity: ActivityState | None) -> str:
+    if activity is None:
+        return "NONE"
+    return "CANCEL_REQUESTED" if activity.cancel_requested else "SCHEDULED"
+
+
 @applier(ev.ACTIVITY_TASK_SCHEDULED)
 def scheduled(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     run = wf.runs[run_id]
-    ACTIVITY.check("SCHEDULED" if event["event_id"] in run.activities else "NONE", "SCHEDULED")
+    ACTIVITY.check(_state(run.activities.get(event["event_id"])), "SCHEDULED")
     now = event["event_time_ms"]
     run.activities[event["event_id"]] = ActivityState(
         scheduled_event_id=event["event_id"], activity_id=attrs["activity_id"], activity_type=attrs["activity_type"],
@@ -37,8 +43,7 @@ def started(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
 def _finish(wf: Workflow, run_id: str, scheduled_event_id: int) -> None:
     run = wf.runs[run_id]
     activity = run.activities.get(scheduled_event_id)
-    ACTIVITY.check("NONE" if activity is None else "CANCEL_REQUESTED" if activity.cancel_requested else "SCHEDULED",
-                   "NONE")
+    ACTIVITY.check(_state(activity), "NONE")
     del run.activities[scheduled_event_id]
     note_new_event(run)
 
@@ -66,8 +71,7 @@ def canceled(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
 @applier(ev.ACTIVITY_TASK_CANCEL_REQUESTED)
 def cancel_requested(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     activity = wf.runs[run_id].activities.get(attrs["scheduled_event_id"])
-    ACTIVITY.check("NONE" if activity is None else "CANCEL_REQUESTED" if activity.cancel_requested else "SCHEDULED",
-                   "CANCEL_REQUESTED")
+    ACTIVITY.check(_state(activity), "CANCEL_REQUESTED")
     assert activity is not None
     activity.cancel_requested = True
     activity.cancel_requested_event_id = event["event_id"]

@@ -21,7 +21,9 @@ from ostinato.streams.model import (
     TimerState,
     Workflow,
     WorkflowTaskState,
+    decode_current,
     decode_run,
+    encode_current,
     encode_run,
 )
 
@@ -161,6 +163,7 @@ def test_started_creates_the_run_and_points_at_it() -> None:
         "RUNNING", 100, 5100, RUN)
     assert wf.current is not None and (wf.current.run_id, wf.current.start_request_id) == (RUN, "start-1")
     assert run.next_event_id == 2 and run.recent_request_ids == ["start-1"]
+    assert decode_current(encode_current(wf.current)) == wf.current  # the pointer record the state topic carries
 
 
 @pytest.mark.parametrize(("before", "event_type", "attrs", "check"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
