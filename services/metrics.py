@@ -1,0 +1,31 @@
+"""Prometheus metrics of the history processor (served at /metrics by `ostinato server`)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+_LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class ProcessorMetrics:
+    """One set per registry, so tests can run several processors in one interpreter."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        p = "ostinato_processor_"
+        self.commands = Counter(p + "commands", "Commands read from the commands topic.", registry=registry)
+        self.timers = Counter(p + "timers_fired", "Deadlines fired.", registry=registry)
+        self.batch_size = Histogram(p + "batch_size", "Commands and timers per transaction.",
+                                    buckets=_BATCH_BUCKETS, registry=registry)
+        self.commit_seconds = Histogram(p + "commit_seconds", "Time from the first produce to the end of the "
+                                        "commit of a transaction.", buckets=_LATENCY_BUCKETS, registry=registry)
+        self.timer_lateness = Histogram(p + "timer_lateness_seconds", "How late deadlines fire.",
+                                        buckets=_LATENCY_BUCKETS, registry=registry)
+        self.rejections = Counter(p + "rejections", "Commands that changed nothing, by reason.", ["reason"],
+                                  registry=registry)
+        self.aborts = Counter(p + "aborts", "Transactions aborted, by cause.", ["cause"], registry=registry)
+        self.restore_seconds = Histogram(p + "restore_seconds", "Time to restore a shard's store on assignment.",
+                                         buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)
+        self.restore_records = Counter(p + "restore_records", "Changelog records read while restoring.",
+                                       registry=registry)
+        self.owned_shards = Gauge(p + "owned_shards", "Shards this process owns.", registry=registry)

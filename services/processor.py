@@ -1,0 +1,431 @@
+"""The history processor: the exactly-once Kafka loop around the core (DESIGN.md §4).
+
+```
+  poll commands ─► begin ─► decide every command + fire due timers (overlay) ─► produce outputs
+        ▲                                                                          │
+        └── write overlay + checkpoint to RocksDB ◄── commit ◄── send offsets ◄────┘
+```
+
+One transactional producer per process (exactly-once v2: offsets are sent with the consumer group's metadata, so a
+zombie that lost its shards is fenced by the group coordinator). Every transaction that touches a shard sends that
+shard's offset, even one that only fired timers, or a zombie could commit a timer firing nobody consumed a command
+for. Stores are written only after a commit returns, so they never hold uncommitted data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from ostinato.schemas import codec
+from ostinato.schemas.cluster import ClusterSettings
+from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
+from ostinato.services.faults import FaultPoints
+from ostinato.services.kafka_clients import base_config
+from ostinato.services.metrics import ProcessorMetrics
+from ostinato.services.restore import open_and_restore
+from ostinato.services.shard import Output, Shard, Topology
+from ostinato.services.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, CHECKPOINT_TIME, RocksStore, pack_int
+from ostinato.services.task_topics import TaskTopics
+from ostinato.streams.config import Config
+
+log = logging.getLogger("ostinato.processor")
+
+SHARD_OWNER = "ostinato.cluster.ShardOwner"
+TXN_TIMEOUT_MS = 10_000  # how long a crashed owner's open transaction can hold a shard's changelog back
+OPERATION_TIMEOUT_S = 30.0
+MAX_TIMERS_PER_SHARD = 500  # deadlines fired per shard per batch: a burst of timers cannot starve commands
+IDLE_POLL_S = 0.5
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class ProcessorOptions:
+    data_dir: Path
+    owner_id: str = ""  # stable per data directory (the transactional id derives from it)
+    read_endpoint: str = ""
+    max_batch: int = 500
+    session_timeout_ms: int = 10_000
+    restore_write_every: int = 5_000
+    config: Config = field(default_factory=Config)
+
+
+class Processor:
+    """Owns the shards Kafka's group protocol gives it; run `run()` in its own thread."""
+
+    def __init__(self, bootstrap: str, settings: ClusterSettings, options: ProcessorOptions,
+                 registry: CollectorRegistry | None = None, faults: FaultPoints | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.options = options
+        self.prefix = settings.topic_prefix
+        self.owner_id = options.owner_id or _owner_id(options.data_dir / self.prefix)
+        self.metrics = ProcessorMetrics(registry if registry is not None else CollectorRegistry())
+        self.faults = faults if faults is not None else FaultPoints.from_env()
+        self.commands_topic = topic_name(self.prefix, Topic.COMMANDS)
+        self.state_topic = topic_name(self.prefix, Topic.STATE)
+        self.history_topic = topic_name(self.prefix, Topic.HISTORY)
+        self.cluster_topic = topic_name(self.prefix, Topic.CLUSTER)
+        self.task_topics = TaskTopics(bootstrap, self.prefix, settings.replication_factor)
+        self.topology = Topology(self.prefix, settings.shards, settings.reply_partitions, self.task_topics.partitions)
+        self.shards: dict[int, Shard] = {}
+        self.next_offsets: dict[int, int] = {}  # shard -> next command offset to process
+        self.ready = threading.Event()  # set once subscribed (tests wait on it)
+        self.restored = threading.Event()  # set after the first assignment is restored
+        self._announce: set[int] = set()
+        self._stop = threading.Event()
+        self._lock = threading.RLock()  # guards `shards` for readers on other threads
+        self._delivered: dict[tuple[str, int], int] = {}
+        self._delivery_error: KafkaError | None = None
+        self._batch_no = 0
+        self.consumer: Consumer | None = None
+        self.producer: Producer | None = None
+        self._restorer: Consumer | None = None
+
+    # -- life cycle -----------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Process until `stop()`; leaves the group cleanly (revocation closes the stores)."""
+        self.producer = self._new_producer()
+        self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
+                                   "group.id": f"{self.prefix}-restore-unused", "enable.auto.commit": False,
+                                   "isolation.level": "read_committed", "enable.partition.eof": True,
+                                   "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
+                                   "fetch.max.bytes": MAX_RECORD_BYTES * 2})
+        self.consumer = Consumer({
+            **base_config(self.bootstrap, self.owner_id),
+            "group.id": f"{self.prefix}-history",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": self.options.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, self.options.session_timeout_ms // 5),
+            "fetch.wait.max.ms": 20,
+            "fetch.max.bytes": MAX_RECORD_BYTES * 4,
+        })
+        self.consumer.subscribe([self.commands_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)
+        self.ready.set()
+        log.info("processor %s subscribed to %s", self.owner_id, self.commands_topic)
+        try:
+            while not self._stop.is_set():
+                self.step()
+        finally:
+            self.consumer.close()
+            self._close_shards(list(self.shards))
+            self._restorer.close()
+            self.producer.flush(5)
+
+    def _new_producer(self) -> Producer:
+        producer = Producer({
+            **base_config(self.bootstrap, f"{self.owner_id}-producer"),
+            "transactional.id": f"{self.prefix}-processor-{self.owner_id}",
+            "transaction.timeout.ms": TXN_TIMEOUT_MS,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 1,
+            "retry.backoff.ms": 10,
+            "retry.backoff.max.ms": 100,
+            "message.max.bytes": MAX_RECORD_BYTES + 64 * 1024,
+            "queue.buffering.max.messages": 1_000_000,
+        })
+        producer.init_transactions(OPERATION_TIMEOUT_S)  # fences and aborts this owner's previous incarnation
+        return producer
+
+    # -- rebalancing ----------------------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Restore every newly owned shard before its commands are fetched (no transaction is open here)."""
+        for tp in partitions:
+            try:
+                self._open_shard(tp.partition)
+            except Exception:
+                log.exception("shard %d: restore failed; giving the shard back", tp.partition)
+                raise
+        consumer.incremental_assign(partitions)
+        if partitions:
+            self._read_committed_offsets([tp.partition for tp in partitions])
+        self.metrics.owned_shards.set(len(self.shards))
+        self.restored.set()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Callbacks run inside poll, between transactions: nothing is open, the stores are already committed."""
+        self._close_shards([tp.partition for tp in partitions])
+        consumer.incremental_unassign(partitions)
+        self.metrics.owned_shards.set(len(self.shards))
+
+    def _open_shard(self, index: int) -> None:
+        assert self._restorer is not None
+        path = self.options.data_dir / self.prefix / f"shard-{index}"
+        store, result = open_and_restore(
+            path, index, self.state_topic, self.history_topic, self._restorer, self.options.config,
+            now_ms=wall_ms, write_every=self.options.restore_write_every,
+            on_batch=lambda n: self.faults.hit("mid-restore"))
+        self.metrics.restore_seconds.observe(result.seconds)
+        self.metrics.restore_records.inc(result.records)
+        with self._lock:
+            self.shards[index] = Shard(index, store, self.topology, self.options.config)
+        self._announce.add(index)
+        log.info("shard %d: owned by %s (restored %d records in %.2fs)", index, self.owner_id, result.records,
+                 result.seconds)
+
+    def _close_shards(self, indexes: list[int]) -> None:
+        with self._lock:
+            for index in indexes:
+                shard = self.shards.pop(index, None)
+                self.next_offsets.pop(index, None)
+                self._announce.discard(index)
+                if shard is not None:
+                    shard.store.close()
+                    log.info("shard %d: released by %s", index, self.owner_id)
+
+    def _read_committed_offsets(self, indexes: list[int]) -> None:
+        """Where each shard's commands resume: the group's committed offset (stable: it waits for a pending
+        transaction of the previous owner), or the partition's start when nothing was ever committed."""
+        assert self.consumer is not None
+        tps = [TopicPartition(self.commands_topic, i) for i in indexes]
+        for tp in self.consumer.committed(tps, timeout=OPERATION_TIMEOUT_S):
+            offset = tp.offset
+            if offset < 0:
+                offset = self.consumer.get_watermark_offsets(tp, timeout=10.0, cached=False)[0]
+            self.next_offsets[tp.partition] = offset
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """One batch: whatever commands arrived, plus due timers, in one transaction."""
+        assert self.consumer is not None
+        messages = self._poll()
+        now = wall_ms()
+        commands: list[Message] = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                commands.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consuming %s: %s", self.commands_topic, err.str())
+        due = {i: s.due_timers(now, MAX_TIMERS_PER_SHARD) for i, s in self.shards.items()}
+        if not commands and not any(due.values()) and not self._announce:
+            return
+        try:
+            self._transaction(commands, due, now)
+        except KafkaException as exc:
+            self._recover(exc)
+
+    def _poll(self) -> list[Message]:
+        """Return as soon as one command is there (a batch never waits to fill), then take what else is ready."""
+        assert self.consumer is not None
+        first = self.consumer.poll(self._poll_timeout())
+        if first is None:
+            return []
+        return [first, *self.consumer.consume(self.options.max_batch - 1, timeout=0)]
+
+    def _poll_timeout(self) -> float:
+        next_due = [t for t in (s.next_timer_ms() for s in self.shards.values()) if t is not None]
+        if self._announce:
+            return 0.0
+        if not next_due:
+            return IDLE_POLL_S
+        return min(IDLE_POLL_S, max(0.0, (min(next_due) - wall_ms()) / 1000))
+
+    def _transaction(self, commands: list[Message], due: dict[int, list[bytes]], now: int) -> None:
+        assert self.producer is not None and self.consumer is not None
+        started = time.perf_counter()
+        self.producer.begin_transaction()
+        touched: set[int] = set(self._announce)
+        for msg in commands:
+            shard = self.shards.get(msg.partition())
+            if shard is None:
+                continue  # fetched before its partition was revoked
+            shard.process(msg.value(), msg.offset(), now)
+            self.next_offsets[msg.partition()] = msg.offset() + 1
+            touched.add(msg.partition())
+        fired = 0
+        for index, keys in due.items():
+            shard = self.shards[index]
+            for key in keys:
+                shard.fire(key, self.next_offsets.get(index, 0), now)
+                fired += 1
+            if keys:
+                touched.add(index)
+        self._produce_batch(touched)
+        self.faults.hit("after-produce")
+        offsets = [TopicPartition(self.commands_topic, i, self.next_offsets[i]) for i in sorted(touched)
+                   if i in self.next_offsets]
+        self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(),
+                                                  OPERATION_TIMEOUT_S)
+        self.faults.hit("after-send-offsets")
+        self._commit()
+        self.faults.hit("after-commit")
+        self._after_commit(touched, len(commands), fired, time.perf_counter() - started)
+
+    def _produce_batch(self, touched: set[int]) -> None:
+        assert self.producer is not None
+        self._batch_no += 1
+        batch = self._batch_no
+        self._delivered = {}
+        self._delivery_error = None
+        tracked = {self.state_topic, self.history_topic}
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if batch != self._batch_no:
+                return  # a late report of an earlier (aborted) transaction
+            if err is not None:
+                self._delivery_error = err
+            elif msg.topic() in tracked:
+                key = (msg.topic(), msg.partition())
+                self._delivered[key] = max(self._delivered.get(key, -1), msg.offset())
+
+        outputs: list[Output] = [o for i in sorted(touched) if i in self.shards for o in self.shards[i].outputs]
+        outputs.extend(self._ownership_records())
+        for out in outputs:
+            while True:
+                try:
+                    self.producer.produce(out.topic, out.value, out.key, partition=out.partition,
+                                          on_delivery=delivered)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)  # the local queue is full: let deliveries drain it
+
+    def _ownership_records(self) -> list[Output]:
+        out = []
+        for index in sorted(self._announce):
+            record = {"shard": index, "owner_id": self.owner_id, "read_endpoint": self.options.read_endpoint,
+                      "generation": wall_ms(), "updated_at_ms": wall_ms()}
+            out.append(Output(self.cluster_topic, 0, f"shard/{index}".encode(), codec.encode(SHARD_OWNER, record)))
+        return out
+
+    def _commit(self) -> None:
+        assert self.producer is not None
+        for attempt in range(5):
+            try:
+                self.producer.commit_transaction(OPERATION_TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not (err.retriable() and attempt < 4):
+                    raise
+                log.warning("commit: %s; retrying", err.str())
+        self.producer.poll(0)  # serve any delivery report commit left queued
+        if self._delivery_error is not None:  # cannot happen after a successful commit; never trust it silently
+            raise RuntimeError(f"a record of a committed transaction reported {self._delivery_error.str()}")
+
+    def _after_commit(self, touched: set[int], commands: int, fired: int, seconds: float) -> None:
+        now = pack_int(wall_ms())
+        for index in sorted(touched):
+            shard = self.shards.get(index)
+            if shard is None:
+                continue
+            checkpoint = {CHECKPOINT_TIME: now}
+            state = self._delivered.get((self.state_topic, index))
+            if state is not None:
+                checkpoint[CHECKPOINT_STATE] = pack_int(state + 1)
+            history = self._delivered.get((self.history_topic, index))
+            if history is not None:
+                checkpoint[CHECKPOINT_HISTORY] = pack_int(history + 1)
+            for rejection in shard.rejections:
+                self.metrics.rejections.labels(rejection.code).inc()
+                log.info("shard %d: rejected %s: %s (%s)", index, _command_name(rejection.command), rejection.code,
+                         rejection.message)
+            for lateness in shard.timers_fired:
+                self.metrics.timer_lateness.observe(max(0, lateness) / 1000)
+            shard.committed(checkpoint)
+        self._announce.clear()
+        self.metrics.commands.inc(commands)
+        self.metrics.timers.inc(fired)
+        self.metrics.batch_size.observe(commands + fired)
+        self.metrics.commit_seconds.observe(seconds)
+
+    # -- failures -------------------------------------------------------------------------------------------------
+
+    def _recover(self, exc: KafkaException) -> None:
+        """Abortable: abort, drop the overlays, rewind to the committed offsets. Fatal (fenced): a new producer,
+        and every owned shard caught up from its changelog again, since another owner may have written to it."""
+        assert self.producer is not None
+        err: KafkaError = exc.args[0]
+        for shard in self.shards.values():
+            shard.reset()
+        if err.fatal():
+            self.metrics.aborts.labels("fatal").inc()
+            log.warning("producer fatal error (%s): rebuilding the producer and restoring owned shards", err.str())
+            self._rebuild()
+            return
+        self.metrics.aborts.labels("abortable").inc()
+        log.warning("transaction aborted: %s", err.str())
+        try:
+            self.producer.abort_transaction(OPERATION_TIMEOUT_S)
+        except KafkaException as abort_exc:
+            log.warning("abort failed (%s): rebuilding the producer", abort_exc.args[0].str())
+            self._rebuild()
+            return
+        self._rewind()
+
+    def _rebuild(self) -> None:
+        assert self.producer is not None
+        with contextlib.suppress(KafkaException):  # a fenced producer may refuse even this; it is thrown away
+            self.producer.flush(1)
+        self.producer = self._new_producer()
+        owned = sorted(self.shards)
+        self._close_shards(owned)
+        for index in owned:
+            self._open_shard(index)
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Seek every owned shard back to its committed offset: the batch's commands are processed again."""
+        assert self.consumer is not None
+        owned = sorted(self.shards)
+        if not owned:
+            return
+        try:
+            self._read_committed_offsets(owned)
+            for index in owned:
+                self.consumer.seek(TopicPartition(self.commands_topic, index, self.next_offsets[index]))
+        except KafkaException as exc:
+            # Typically: the group moved on (this process was a zombie); the next poll revokes the shards.
+            log.warning("rewind failed: %s", exc.args[0].str())
+
+    # -- reads from other threads ---------------------------------------------------------------------------------
+
+    def store_of(self, shard: int) -> RocksStore | None:
+        with self._lock:
+            found = self.shards.get(shard)
+            return found.store if found is not None and isinstance(found.store, RocksStore) else None
+
+    def owned(self) -> list[int]:
+        with self._lock:
+            return sorted(self.shards)
+
+
+def _owner_id(directory: Path) -> str:
+    """A stable id per data directory: a restarted process reuses its transactional id and so fences (and
+    aborts) its own crashed incarnation's open transaction at once instead of after the transaction timeout."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "owner-id"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"processor-{uuid.uuid4().hex[:12]}\n")
+        tmp.replace(path)
+    return path.read_text().strip()
+
+
+def _command_name(command: dict[str, Any] | None) -> str:
+    return "an unreadable record" if command is None else str(command["body"][0]).rsplit(".", 1)[-1]
+

@@ -1,0 +1,408 @@
+"""One owned shard inside one batch: commands and due timers in, changelog writes and output records out.
+
+This is the part of the Kafka shell that needs no Kafka. It runs the core's `decide` over an overlay of the
+shard's store, turns each step into the records of DESIGN.md §3, and keeps everything of the batch in memory
+until the processor has committed the transaction; only then is the overlay written to the store (`committed`).
+A command that fails (a bug in the core, an output too large for Kafka) is rejected alone: its workflow is
+reloaded from the overlay as the previous command left it, and the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from ostinato.schemas import codec, partition_for
+from ostinato.schemas.keys import activity_task_key, history_key, run_key, workflow_key
+from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
+from ostinato.services.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
+from ostinato.services.store import Family, ShardStore, pack_int, unpack_int
+from ostinato.streams import engine_tasks as records
+from ostinato.streams.actions import (
+    Action,
+    Archive,
+    CancelTimer,
+    DeleteRun,
+    DispatchActivityTask,
+    DispatchQueryTask,
+    DispatchWorkflowTask,
+    Reply,
+    ScheduleTimer,
+    SendCommand,
+    UpsertVisibility,
+)
+from ostinato.streams.config import Config
+from ostinato.streams.deadlines import fire_timer_body
+from ostinato.streams.deciders import decide
+from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
+
+Record = dict[str, Any]
+COMMAND = "ostinato.command.Command"
+HISTORY_EVENT = "ostinato.history.HistoryEvent"
+TIMER_IDENTITY = "ostinato-timer"
+
+log = logging.getLogger("ostinato.processor")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A record to produce inside the batch's transaction."""
+
+    topic: str
+    partition: int
+    key: bytes
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What a shard needs to know about the cluster to address its outputs."""
+
+    prefix: str
+    shards: int
+    reply_partitions: int
+    task_partitions: Callable[[str], int]  # task topic -> partitions; creates the topic on first use
+
+    def topic(self, t: Topic) -> str:
+        return topic_name(self.prefix, t)
+
+
+class CommandFailed(Exception):
+    """One command (or timer) could not be processed; it is rejected with `code` and the batch continues."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Rejection:
+    code: str
+    message: str
+    command: Record | None
+
+
+@dataclass
+class _Pending:
+    """What one command wrote, merged into the batch only when the whole command succeeded."""
+
+    writes: WriteSet = field(default_factory=empty_writes)
+    outputs: list[Output] = field(default_factory=list)
+    events: dict[bytes, Record] = field(default_factory=dict)  # history key -> event, for tasks built in the batch
+
+
+class Shard:
+    """The owner's view of one shard: committed store + the batch's overlay."""
+
+    def __init__(self, index: int, store: ShardStore, topology: Topology, config: Config) -> None:
+        self.index = index
+        self.store = store
+        self.topology = topology
+        self.config = config
+        self.writes = empty_writes()
+        self.outputs: list[Output] = []
+        self.rejections: list[Rejection] = []
+        self.commands = 0
+        self.timers_fired: list[int] = []  # lateness in ms of each timer fired in the batch
+        self._events: dict[bytes, Record] = {}
+        self._working: dict[tuple[str, str], Workflow] = {}
+        self._pending = _Pending()
+
+    # -- reading through the overlay ------------------------------------------------------------------------------
+
+    def get(self, family: Family, key: bytes) -> bytes | None:
+        pending = self._pending.writes[family]
+        if key in pending:
+            return pending[key]
+        batch = self.writes[family]
+        if key in batch:
+            return batch[key]
+        return self.store.get(family, key)
+
+    def _load(self, ns: str, wf: str) -> Workflow:
+        key = (ns, wf)
+        workflow = self._working.get(key)
+        if workflow is not None:
+            return workflow
+        workflow = Workflow(ns, wf)
+        pointer = self.get(Family.STATE, workflow_key(ns, wf).encode())
+        if pointer is not None:
+            workflow.current = decode_current(pointer)
+        prefix = (workflow_key(ns, wf) + "/").encode()
+        keys = {k for k, _ in self.store.scan(Family.STATE, prefix=prefix)}
+        keys.update(k for k in self.writes[Family.STATE] if k.startswith(prefix))
+        for k in sorted(keys):
+            data = self.get(Family.STATE, k)
+            if data is not None:
+                run = decode_run(data)
+                workflow.runs[run.run_id] = run
+        self._working[key] = workflow
+        return workflow
+
+    def event(self, ns: str, wf: str, run_id: str, event_id: int) -> Record | None:
+        key = history_key(ns, wf, run_id, event_id).encode()
+        found = self._pending.events.get(key) or self._events.get(key)
+        if found is not None:
+            return found
+        data = self.get(Family.HISTORY, key)
+        return None if data is None else codec.decode(data)[1]
+
+    # -- commands -------------------------------------------------------------------------------------------------
+
+    def process(self, data: bytes | None, offset: int, now_ms: int) -> None:
+        """Decide one record of the shard's commands partition; never raises for bad input or a core bug."""
+        self.commands += 1
+        try:
+            name, command = codec.decode(data or b"")
+        except codec.DecodeError as exc:
+            self._reject(None, "MALFORMED", f"offset {offset}: {exc}")
+            return
+        if name != COMMAND:
+            self._reject(None, "MALFORMED", f"offset {offset}: expected a {COMMAND}, found {name}")
+            return
+        ns, wf = command["namespace"], command["workflow_id"]
+        owner = partition_for(workflow_key(ns, wf), self.topology.shards)
+        if owner != self.index:
+            self._reject(command, "WRONG_SHARD", f"{ns}/{wf} belongs to shard {owner}, not {self.index}")
+            return
+        self._decide(command, offset, now_ms)
+
+    def _decide(self, command: Record, offset: int, now_ms: int) -> None:
+        key = (command["namespace"], command["workflow_id"])
+        try:
+            workflow = self._load(*key)
+            step = decide(workflow, command, now_ms, self.config, offset=offset)
+            if step.rejection is not None:
+                self.rejections.append(Rejection(step.rejection["code"], step.rejection["message"], command))
+                self._working.pop(key, None)  # a rejection changes nothing: reload rather than trust the object
+            else:
+                self._write_step(workflow, step.events, step.changed_runs, step.pointer_changed)
+            for action in step.actions:
+                self._perform(workflow, action)
+        except CommandFailed as exc:
+            self._fail(command, exc.code, str(exc))
+        except Exception as exc:  # a bug in the core must not stop the shard: reject the command, keep going
+            log.exception("shard %d: command %s failed", self.index, command["body"][0])
+            self._fail(command, "INTERNAL", f"{type(exc).__name__}: {exc}")
+        else:
+            self._merge()
+
+    def _fail(self, command: Record, code: str, message: str) -> None:
+        self._pending = _Pending()
+        self._working.pop((command["namespace"], command["workflow_id"]), None)  # reloaded as the overlay has it
+        self._reject(command, code, message)
+        self._merge()
+
+    def _reject(self, command: Record | None, code: str, message: str) -> None:
+        self.rejections.append(Rejection(code, message, command))
+        if command is not None and command.get("reply_partition") is not None:
+            rejected = {"code": code, "message": message[:2000], "existing_run_id": ""}
+            self._reply(Reply(command["request_id"], command["reply_partition"], command["namespace"],
+                              command["workflow_id"], ("ostinato.reply.Rejected", rejected)))
+
+    def _merge(self) -> None:
+        p = self._pending
+        for family, items in p.writes.items():
+            self.writes[family].update(items)
+        self.outputs.extend(p.outputs)
+        self._events.update(p.events)
+        self._pending = _Pending()
+
+    # -- timers ---------------------------------------------------------------------------------------------------
+
+    def due_timers(self, now_ms: int, limit: int) -> list[bytes]:
+        """Keys of deadlines due by `now_ms`, oldest first: the store's, minus those the batch removed, plus those
+        it added."""
+        overlay = self.writes[Family.TIMERS]
+        due: list[bytes] = []
+        for key, _ in self.store.scan(Family.TIMERS):
+            if fire_at_of(key) > now_ms or len(due) >= limit:
+                break
+            if overlay.get(key, b"") is not None:
+                due.append(key)
+        due.extend(k for k, v in overlay.items() if v is not None and fire_at_of(k) <= now_ms and k not in due)
+        return sorted(due)[:limit]
+
+    def next_timer_ms(self) -> int | None:
+        overlay = self.writes[Family.TIMERS]
+        first = next((fire_at_of(k) for k, _ in self.store.scan(Family.TIMERS) if overlay.get(k, b"") is not None),
+                     None)
+        added = [fire_at_of(k) for k, v in overlay.items() if v is not None]
+        candidates = [t for t in (first, *added) if t is not None]
+        return min(candidates) if candidates else None
+
+    def fire(self, key: bytes, offset: int, now_ms: int) -> None:
+        """Process a due deadline as a FireTimer command, inside the batch, so it lands in history once."""
+        ns, wf, deadline = parse_timer_key(key)
+        self.writes[Family.TIMERS][key] = None  # out of the index whatever happens: a deadline fires once
+        self.timers_fired.append(now_ms - deadline.fire_at_ms)
+        command = {
+            "namespace": ns, "workflow_id": wf, "run_id": deadline.run_id,
+            "request_id": f"timer/{deadline.run_id}/{deadline.kind}/{deadline.timer_id}/"
+                          f"{deadline.scheduled_event_id}/{deadline.attempt}/{deadline.fire_at_ms}",
+            "identity": TIMER_IDENTITY, "time_ms": now_ms, "reply_partition": None,
+            "body": fire_timer_body(deadline),
+        }
+        self._decide(command, offset, now_ms)
+
+    # -- turning a step into records ------------------------------------------------------------------------------
+
+    def _out(self, topic: str, partition: int, key: str | bytes, value: bytes | None) -> None:
+        if value is not None and len(value) > MAX_RECORD_BYTES:
+            raise CommandFailed("TOO_LARGE", f"a {topic} record of {len(value)} bytes exceeds the "
+                                             f"{MAX_RECORD_BYTES}-byte record limit")
+        raw = key if isinstance(key, bytes) else key.encode()
+        self._pending.outputs.append(Output(topic, partition, raw, value))
+
+    def _write_step(self, workflow: Workflow, events: list[tuple[str, Record]], changed_runs: list[str],
+                    pointer_changed: bool) -> None:
+        ns, wf = workflow.namespace, workflow.workflow_id
+        p = self._pending
+        history = self.topology.topic(Topic.HISTORY)
+        for run_id, event in events:
+            key = history_key(ns, wf, run_id, event["event_id"]).encode()
+            data = codec.encode(HISTORY_EVENT, event)
+            self._out(history, self.index, key, data)
+            p.writes[Family.HISTORY][key] = data
+            p.events[key] = event
+            size_key = run_key(ns, wf, run_id).encode()
+            p.writes[Family.SIZES][size_key] = pack_int(unpack_int(self.get(Family.SIZES, size_key)) + len(data))
+        state = self.topology.topic(Topic.STATE)
+        for run_id in changed_runs:
+            run = workflow.runs.get(run_id)
+            key = run_key(ns, wf, run_id).encode()
+            value = None if run is None else encode_run(run)
+            self._out(state, self.index, key, value)
+            p.writes[Family.STATE][key] = value
+        if pointer_changed:
+            key = workflow_key(ns, wf).encode()
+            value = None if workflow.current is None else encode_current(workflow.current)
+            self._out(state, self.index, key, value)
+            p.writes[Family.STATE][key] = value
+
+    def _perform(self, workflow: Workflow, action: Action) -> None:
+        t = self.topology
+        if isinstance(action, Reply):
+            self._reply(action)
+        elif isinstance(action, SendCommand):
+            c = action.command
+            key = workflow_key(c["namespace"], c["workflow_id"])
+            self._out(t.topic(Topic.COMMANDS), partition_for(key, t.shards), key, codec.encode(COMMAND, c))
+        elif isinstance(action, ScheduleTimer | CancelTimer):
+            value = b"" if isinstance(action, ScheduleTimer) else None
+            key = timer_key(action.namespace, action.workflow_id, action.deadline)
+            self._pending.writes[Family.TIMERS][key] = value
+        elif isinstance(action, DeleteRun):
+            self._delete_run(action)
+        elif isinstance(action, Archive):
+            log.warning("shard %d: archival of %s/%s/%s requested but no archiver runs in this process (the S3 "
+                        "connector does)", self.index, action.namespace, action.workflow_id, action.run_id)
+        else:
+            self._perform_on_run(workflow, action)
+
+    def _reply(self, action: Reply) -> None:
+        t = self.topology
+        if not 0 <= action.reply_partition < t.reply_partitions:
+            self.rejections.append(Rejection("INVALID_ARGUMENT", f"reply partition {action.reply_partition} is not "
+                                             f"in [0, {t.reply_partitions})", None))
+            return
+        self._out(t.topic(Topic.REPLIES), action.reply_partition, action.request_id,
+                  codec.encode(records.REPLY, records.reply_record(action)))
+
+    def _perform_on_run(self, workflow: Workflow, action: Action) -> None:
+        assert isinstance(action, DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility)
+        run = workflow.runs.get(action.run_id)
+        if run is None:
+            return
+        ns, wf, t = run.namespace, run.workflow_id, self.topology
+        history = HistoryView(self, run)
+        if isinstance(action, DispatchWorkflowTask):
+            task = records.workflow_task(run, action, history, self.config)  # type: ignore[arg-type]
+            if task is not None:
+                topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
+                key = workflow_key(ns, wf)
+                self._out(topic, partition_for(key, t.task_partitions(topic)), key,
+                          codec.encode(records.WORKFLOW_TASK, task))
+        elif isinstance(action, DispatchActivityTask):
+            activity = records.activity_task(run, action, history)  # type: ignore[arg-type]
+            if activity is not None:
+                topic = task_topic_name(t.prefix, activity["task_queue"], TaskKind.ACTIVITY)
+                key = activity_task_key(ns, wf, activity["activity_id"])
+                self._out(topic, partition_for(key, t.task_partitions(topic)), key,
+                          codec.encode(records.ACTIVITY_TASK, activity))
+        elif isinstance(action, DispatchQueryTask):
+            topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
+            key = workflow_key(ns, wf)
+            self._out(topic, partition_for(key, t.task_partitions(topic)), key,
+                      codec.encode(records.QUERY_TASK, records.query_task(run, action)))
+        else:
+            key_bytes = run_key(ns, wf, run.run_id).encode()
+            size = unpack_int(self.get(Family.SIZES, key_bytes))
+            self._out(t.topic(Topic.VISIBILITY), self.index, key_bytes,
+                      codec.encode(records.VISIBILITY, records.visibility_record(run, size)))
+
+    def _delete_run(self, action: DeleteRun) -> None:
+        """Tombstone every history key of the run, and its visibility record (its state goes with the step)."""
+        prefix = (run_key(action.namespace, action.workflow_id, action.run_id) + "/").encode()
+        history = self.topology.topic(Topic.HISTORY)
+        keys = {k for k, _ in self.store.scan(Family.HISTORY, prefix=prefix)}
+        keys.update(k for k in self.writes[Family.HISTORY] if k.startswith(prefix))
+        p = self._pending
+        for key in sorted(keys):
+            self._out(history, self.index, key, None)
+            p.writes[Family.HISTORY][key] = None
+        run = prefix[:-1]
+        p.writes[Family.SIZES][run] = None
+        self._out(self.topology.topic(Topic.VISIBILITY), self.index, run, None)
+
+    # -- the end of a batch ---------------------------------------------------------------------------------------
+
+    def committed(self, checkpoint: dict[bytes, bytes]) -> None:
+        """The transaction is committed: write the overlay and the checkpoint to the store, in one batch."""
+        writes: dict[Family, dict[bytes, bytes | None]] = {f: dict(items) for f, items in self.writes.items()}
+        writes[Family.META].update(checkpoint)
+        self.store.write(writes)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the batch (after the store write, or after an abort)."""
+        self.writes = empty_writes()
+        self.outputs = []
+        self.rejections = []
+        self.commands = 0
+        self.timers_fired = []
+        self._events = {}
+        self._working = {}
+        self._pending = _Pending()
+
+
+class HistoryView(Sequence[Record]):
+    """A run's history as the task builders index it (event n at n - 1), read lazily through the overlay."""
+
+    def __init__(self, shard: Shard, run: RunState) -> None:
+        self._shard = shard
+        self._run = run
+
+    def __len__(self) -> int:
+        return self._run.history_length
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        event = self._shard.event(self._run.namespace, self._run.workflow_id, self._run.run_id, index + 1)
+        if event is None:
+            raise IndexError(f"event {index + 1} of run {self._run.run_id} is not in the store")
+        return event
+
+    def __iter__(self) -> Iterator[Record]:
+        return (self[i] for i in range(len(self)))

@@ -1,0 +1,73 @@
+"""Task queue topics, created on first use (DESIGN.md §10): the processor knows a queue exists when a workflow
+first names it, and must know its partition count to address records the way every worker expects."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewTopic
+
+from ostinato.schemas.topics import TaskKind, task_topic_spec
+from ostinato.services.kafka_clients import admin_client
+
+log = logging.getLogger("ostinato.processor")
+CREATE_TIMEOUT_S = 30.0
+
+
+class TaskTopics:
+    def __init__(self, bootstrap: str, prefix: str, replication_factor: int) -> None:
+        self._admin = admin_client(bootstrap)
+        self._prefix = prefix
+        self._rf = replication_factor
+        self._partitions: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def partitions(self, topic: str) -> int:
+        """The topic's partition count, creating the topic first if it does not exist."""
+        known = self._partitions.get(topic)
+        if known is not None:
+            return known
+        with self._lock:
+            if topic not in self._partitions:
+                self._partitions[topic] = self._ensure(topic)
+            return self._partitions[topic]
+
+    def _ensure(self, topic: str) -> int:
+        found = self._describe(topic)
+        if found:
+            return found
+        queue, kind = self._parse(topic)
+        spec = task_topic_spec(self._prefix, queue, kind, self._rf)
+        futures = self._admin.create_topics([NewTopic(spec.name, spec.partitions, self._rf, config=spec.configs)],
+                                            operation_timeout=CREATE_TIMEOUT_S)
+        try:
+            futures[spec.name].result(CREATE_TIMEOUT_S)
+            log.info("created task topic %s (%d partitions)", spec.name, spec.partitions)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        deadline = time.monotonic() + CREATE_TIMEOUT_S
+        while time.monotonic() < deadline:  # until every partition has a leader, or the first produce stalls
+            found = self._describe(topic)
+            if found:
+                return found
+            time.sleep(0.05)
+        raise TimeoutError(f"task topic {topic} was created but has no leaders after {CREATE_TIMEOUT_S:.0f}s")
+
+    def _describe(self, topic: str) -> int:
+        meta = self._admin.list_topics(topic, timeout=CREATE_TIMEOUT_S).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return 0
+        if any(p.leader < 0 for p in meta.partitions.values()):
+            return 0
+        return len(meta.partitions)
+
+    def _parse(self, topic: str) -> tuple[str, TaskKind]:
+        head = f"{self._prefix}.tasks."
+        if not topic.startswith(head) or "." not in topic[len(head):]:
+            raise ValueError(f"{topic!r} is not a task topic of prefix {self._prefix!r}")
+        queue, _, kind = topic[len(head):].rpartition(".")
+        return queue, TaskKind(kind)
