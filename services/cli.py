@@ -136,12 +136,20 @@ def server(
     host: Annotated[str, typer.Option(envvar="OSTINATO_HOST")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option(envvar="OSTINATO_PORT")] = DEFAULT_API_PORT,
     shards: Annotated[int | None, typer.Option(help="Refuse to start unless the cluster has this many.")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", envvar="OSTINATO_DATA_DIR",
+                                                  help="Shard stores (default ~/.ostinato/data).")] = None,
+    processor: Annotated[bool, typer.Option("--processor/--no-processor",
+                                            help="Run the history processor in this process.")] = True,
+    advertise: Annotated[str, typer.Option(envvar="OSTINATO_ADVERTISE",
+                                           help="URL other servers redirect owner reads to "
+                                                "(default http://HOST:PORT).")] = "",
 ) -> None:
-    """Run the Ostinato server (HTTP API) against an initialised cluster."""
+    """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     from ostinato.services.server import load_context, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(load_context(kafka, prefix, shards), host, port)
+    serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
+          advertise=advertise)
 
 
 HomeOpt = Annotated[Path | None, typer.Option("--home", help="Dev state directory (default ~/.ostinato/dev).")]

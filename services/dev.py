@@ -94,7 +94,7 @@ def run_foreground(opts: DevOptions, say: Callable[[str], None]) -> None:
     process.write_pid_file(pid_file, os.getpid())
     try:
         say(f"Ostinato API on http://{DEFAULT_HOST}:{opts.port}  (Ctrl-C stops everything)")
-        serve(load_context(bootstrap, opts.prefix, shards), DEFAULT_HOST, opts.port)
+        serve(load_context(bootstrap, opts.prefix, shards), DEFAULT_HOST, opts.port, data_dir=opts.home / "data")
     finally:
         pid_file.unlink(missing_ok=True)
         if started:
@@ -114,7 +114,7 @@ def run_detached(opts: DevOptions, say: Callable[[str], None], timeout: float = 
         say(f"Server already running (pid {pid})")
     else:
         argv = [sys.executable, "-m", "ostinato", "server", "--kafka", bootstrap, "--prefix", opts.prefix,
-                "--port", str(opts.port), "--shards", str(shards)]
+                "--port", str(opts.port), "--shards", str(shards), "--data-dir", str(opts.home / "data")]
         log = opts.home / "server.log"
         proc = process.spawn(argv, log, pid_file)
         _wait_for_api(opts.port, proc.pid, log, timeout)

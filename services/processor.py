@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -60,6 +61,15 @@ class ProcessorOptions:
     session_timeout_ms: int = 10_000
     restore_write_every: int = 5_000
     config: Config = field(default_factory=Config)
+
+    @classmethod
+    def from_env(cls, data_dir: Path, read_endpoint: str = "") -> ProcessorOptions:
+        """Options with the tuning knobs operators and chaos tests set through the environment."""
+        env = os.environ
+        return cls(data_dir=data_dir, read_endpoint=read_endpoint,
+                   max_batch=int(env.get("OSTINATO_MAX_BATCH", "500")),
+                   session_timeout_ms=int(env.get("OSTINATO_SESSION_TIMEOUT_MS", "10000")),
+                   restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")))
 
 
 class Processor:

@@ -1,21 +1,30 @@
-"""`ostinato server`: the HTTP API on port 7243 (today: cluster discovery; later issues add the rest)."""
+"""`ostinato server`: the HTTP API on port 7243, the history processor and the owner's read API in one process."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST as METRICS_CONTENT_TYPE
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from ostinato import __version__
 from ostinato.infra.process import check_port_free
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.cluster import ClusterError, read_settings
+from ostinato.services.ownership import OwnershipTable
+from ostinato.services.reads import ReadContext, add_routes
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 7243
 
 log = logging.getLogger("ostinato.server")
+
 
 @dataclass(frozen=True)
 class ServerContext:
@@ -24,6 +33,7 @@ class ServerContext:
 
 
 _CLUSTER = web.AppKey("cluster", ServerContext)
+_REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
 async def get_cluster(request: web.Request) -> web.Response:
@@ -39,10 +49,19 @@ async def get_cluster(request: web.Request) -> web.Response:
     })
 
 
-def create_app(ctx: ServerContext) -> web.Application:
+async def get_metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[_REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+def create_app(ctx: ServerContext, reads: ReadContext | None = None,
+               registry: CollectorRegistry = REGISTRY) -> web.Application:
     app = web.Application()
     app[_CLUSTER] = ctx
+    app[_REGISTRY] = registry
     app.router.add_get("/api/v1/cluster", get_cluster)
+    app.router.add_get("/metrics", get_metrics)
+    add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, ""))
     return app
 
 
@@ -61,9 +80,49 @@ def load_context(bootstrap: str, prefix: str, expect_shards: int | None, timeout
     return ServerContext(bootstrap, settings)
 
 
-def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT) -> None:
-    """Run until SIGINT or SIGTERM."""
+def default_data_dir() -> Path:
+    from ostinato.infra import defaults
+
+    return defaults.home_dir() / "data"
+
+
+def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
+          data_dir: Path | None = None, processor: bool = True, advertise: str = "") -> None:
+    """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
+    supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
+    from ostinato.services.processor import Processor, ProcessorOptions
+
     check_port_free(port, host, what="the Ostinato API")
-    log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards)", __version__, host, port,
-             ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards)
-    web.run_app(create_app(ctx), host=host, port=port, print=None, access_log=None)
+    endpoint = advertise or f"http://{host}:{port}"
+    ownership = OwnershipTable(ctx.bootstrap, ctx.settings.topic_prefix).start()
+    proc: Processor | None = None
+    thread: threading.Thread | None = None
+    failed = threading.Event()
+    if processor:
+        proc = Processor(ctx.bootstrap, ctx.settings,
+                         ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint),
+                         registry=REGISTRY)
+
+        def run_processor() -> None:
+            assert proc is not None
+            try:
+                proc.run()
+            except BaseException:
+                log.exception("the history processor stopped with an error; shutting the server down")
+                failed.set()
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        thread = threading.Thread(target=run_processor, name="ostinato-processor", daemon=True)
+        thread.start()
+    reads = ReadContext(ctx.settings.shards, proc, ownership, proc.owner_id if proc else "")
+    log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
+             ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, ", processor on" if proc else "")
+    try:
+        web.run_app(create_app(ctx, reads), host=host, port=port, print=None, access_log=None)
+    finally:
+        if proc is not None and thread is not None:
+            proc.stop()
+            thread.join(30)  # leave the group cleanly so the shards move at once, not after the session timeout
+        ownership.stop()
+    if failed.is_set():
+        raise SystemExit(1)

@@ -1,0 +1,71 @@
+"""Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`).
+
+Owners write their ShardOwner record inside a processing transaction, so a fenced zombie's claim is never
+visible; the latest committed record per shard is the current owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from ostinato.schemas import codec
+from ostinato.schemas.topics import Topic, topic_name
+from ostinato.services.kafka_clients import reader
+
+log = logging.getLogger("ostinato.ownership")
+SHARD_OWNER = "ostinato.cluster.ShardOwner"
+
+
+class OwnershipTable:
+    """Tails the cluster topic in a daemon thread and keeps the latest owner of every shard."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self._consumer = reader(bootstrap, f"{prefix}-ownership")
+        self._topic = topic_name(prefix, Topic.CLUSTER)
+        self._owners: dict[int, dict[str, object]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ostinato-ownership", daemon=True)
+
+    def start(self) -> OwnershipTable:
+        self._consumer.assign([TopicPartition(self._topic, 0, 0)])
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+    def owner(self, shard: int) -> dict[str, object] | None:
+        with self._lock:
+            return self._owners.get(shard)
+
+    def owners(self) -> dict[int, dict[str, object]]:
+        with self._lock:
+            return dict(self._owners)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("reading %s: %s", self._topic, err.str())
+                continue
+            key = (msg.key() or b"").decode(errors="replace")
+            if not key.startswith("shard/") or msg.value() is None:
+                continue
+            try:
+                name, record = codec.decode(msg.value() or b"")
+            except codec.DecodeError as exc:
+                log.warning("unreadable ownership record %s: %s", key, exc)
+                continue
+            if name == SHARD_OWNER:
+                with self._lock:
+                    self._owners[int(record["shard"])] = record

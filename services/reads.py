@@ -1,0 +1,153 @@
+"""The owner's read API: describe, paged history and pending work, served from the shard's store.
+
+Only the owning process has the shard's store, and the store holds only committed data, so these reads never
+show something a later abort takes back. A request that reaches another process is redirected to the owner's
+read endpoint (published in `<prefix>.cluster`), once: a second hop means ownership is moving, and the caller
+gets a clear 503 to retry.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from ostinato.schemas import codec
+from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
+from ostinato.services.ownership import OwnershipTable
+from ostinato.services.store import Family, ShardStore
+from ostinato.streams.model import decode_current, decode_run, to_record
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+HOP = "owner_hop"
+
+
+class StoreSource(Protocol):
+    def store_of(self, shard: int) -> ShardStore | None: ...
+
+
+class ReadContext:
+    def __init__(self, shards: int, source: StoreSource | None, ownership: OwnershipTable | None,
+                 owner_id: str) -> None:
+        self.shards = shards
+        self.source = source
+        self.ownership = ownership
+        self.owner_id = owner_id
+
+
+READS = web.AppKey("reads", ReadContext)
+
+
+def error(status: int, code: str, message: str, **details: Any) -> web.Response:
+    return web.json_response({"code": code, "message": message, "details": details}, status=status)
+
+
+def jsonable(value: Any) -> Any:
+    """Avro records as JSON: bytes as base64, a union branch `(name, record)` as the record with its `@type`."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        inner = jsonable(value[1])
+        return {"@type": value[0], **inner} if isinstance(inner, dict) else inner
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _store_or_redirect(request: web.Request) -> ShardStore | web.Response:
+    ctx = request.app[READS]
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+    shard = shard_for(ns, wf, ctx.shards)
+    store = ctx.source.store_of(shard) if ctx.source is not None else None
+    if store is not None:
+        return store
+    owner = ctx.ownership.owner(shard) if ctx.ownership is not None else None
+    endpoint = str(owner["read_endpoint"]) if owner else ""
+    if owner and endpoint and owner["owner_id"] != ctx.owner_id and HOP not in request.query:
+        location = request.url.with_scheme("http").update_query({HOP: "1"})
+        target = endpoint.rstrip("/") + location.path_qs
+        raise web.HTTPTemporaryRedirect(target)
+    return error(503, "shard_unavailable", f"shard {shard} of {ns}/{wf} has no reachable owner right now; "
+                 "it may be moving between processors, retry shortly", shard=shard)
+
+
+def _run_id(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | None:
+    run_id = request.query.get("run_id", "")
+    if run_id:
+        return run_id
+    pointer = store.get(Family.STATE, workflow_key(ns, wf).encode())
+    return None if pointer is None else decode_current(pointer).run_id
+
+
+async def describe(request: web.Request) -> web.Response:
+    store = _store_or_redirect(request)
+    if isinstance(store, web.Response):
+        return store
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+    run_id = _run_id(store, ns, wf, request)
+    data = store.get(Family.STATE, run_key(ns, wf, run_id).encode()) if run_id else None
+    if data is None:
+        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}"
+                     + (f" with run {run_id!r}" if run_id else ""))
+    return web.json_response(jsonable(to_record(decode_run(data))))
+
+
+async def history(request: web.Request) -> web.Response:
+    store = _store_or_redirect(request)
+    if isinstance(store, web.Response):
+        return store
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+    try:
+        size = int(request.query.get("page_size", DEFAULT_PAGE_SIZE))
+        first = int(request.query.get("next_page_token", "1") or "1")
+    except ValueError:
+        return error(400, "invalid_argument", "page_size and next_page_token must be whole numbers")
+    if not 1 <= size <= MAX_PAGE_SIZE or first < 1:
+        return error(400, "invalid_argument", f"page_size must be in [1, {MAX_PAGE_SIZE}] and the token positive")
+    run_id = _run_id(store, ns, wf, request)
+    if not run_id or store.get(Family.STATE, run_key(ns, wf, run_id).encode()) is None:
+        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
+    prefix = (run_key(ns, wf, run_id) + "/").encode()
+    start = history_key(ns, wf, run_id, first).encode()
+    events: list[Any] = []
+    token = ""
+    for _, value in store.scan(Family.HISTORY, start=start, prefix=prefix):
+        if len(events) == size:
+            token = str(first + size)
+            break
+        events.append(jsonable(codec.decode(value)[1]))
+    return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
+
+
+async def pending(request: web.Request) -> web.Response:
+    """What the run waits for: activities, timers, children, external requests and its workflow task."""
+    store = _store_or_redirect(request)
+    if isinstance(store, web.Response):
+        return store
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+    run_id = _run_id(store, ns, wf, request)
+    data = store.get(Family.STATE, run_key(ns, wf, run_id).encode()) if run_id else None
+    if data is None:
+        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
+    record = to_record(decode_run(data))
+    keys = ("status", "workflow_task", "activities", "timers", "children", "external_requests")
+    return web.json_response(jsonable({"run_id": run_id, **{k: record[k] for k in keys}}))
+
+
+async def owners(request: web.Request) -> web.Response:
+    ctx = request.app[READS]
+    table = ctx.ownership.owners() if ctx.ownership is not None else {}
+    return web.json_response({"shards": ctx.shards, "owners": [table[s] for s in sorted(table)]})
+
+
+def add_routes(app: web.Application, ctx: ReadContext) -> None:
+    app[READS] = ctx
+    base = "/api/v1/namespaces/{namespace}/workflows/{workflow_id}"
+    app.router.add_get(base, describe)
+    app.router.add_get(base + "/history", history)
+    app.router.add_get(base + "/pending", pending)
+    app.router.add_get("/api/v1/cluster/owners", owners)
