@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from ostinato.schemas.keys import join_key, split_key
+from ostinato.schemas.keys import split_key
 from ostinato.services.store import Family, pack_int, unpack_int
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
@@ -20,23 +20,43 @@ from ostinato.streams.model import decode_run
 Lookup = Callable[[Family, bytes], "bytes | None"]
 WriteSet = dict[Family, dict[bytes, "bytes | None"]]
 
-_FIRE_AT = struct.Struct(">Q")
+_U64 = struct.Struct(">Q")
+
+
+def _text(value: str) -> bytes:
+    # Order-preserving, like FoundationDB's tuple layer: NUL escaped as NUL 0xFF, each text ended by NUL, so a
+    # text sorts before every longer text it is a prefix of.
+    return value.encode().replace(b"\x00", b"\x00\xff") + b"\x00"
 
 
 def timer_key(namespace: str, workflow_id: str, d: Deadline) -> bytes:
-    """Big-endian fire time first, so a forward scan meets deadlines in the order they fall due."""
-    rest = join_key(namespace, workflow_id, d.run_id, d.kind, d.timer_id, str(d.scheduled_event_id), str(d.attempt))
-    return _FIRE_AT.pack(max(0, d.fire_at_ms)) + rest.encode()
+    """Big-endian fire time first, so a forward scan meets deadlines in the order they fall due; the rest sorts
+    exactly like the in-memory engine's index tuples, so deadlines due at once fire in the same order in both."""
+    return (_U64.pack(max(0, d.fire_at_ms)) + _text(namespace) + _text(workflow_id) + _text(d.run_id)
+            + _text(d.kind) + _text(d.timer_id) + _U64.pack(d.scheduled_event_id) + _U64.pack(d.attempt))
 
 
 def parse_timer_key(key: bytes) -> tuple[str, str, Deadline]:
-    fire_at = _FIRE_AT.unpack_from(key)[0]
-    ns, wf, run_id, kind, timer_id, sid, attempt = split_key(key[_FIRE_AT.size:].decode())
-    return ns, wf, Deadline(fire_at, kind, run_id, timer_id, int(sid), int(attempt))
+    fire_at = _U64.unpack_from(key)[0]
+    texts: list[str] = []
+    pos = _U64.size
+    while len(texts) < 5:
+        end = pos
+        while True:
+            end = key.index(b"\x00", end)
+            if key[end + 1:end + 2] == b"\xff":
+                end += 2
+                continue
+            break
+        texts.append(key[pos:end].replace(b"\x00\xff", b"\x00").decode())
+        pos = end + 1
+    sid, attempt = _U64.unpack_from(key, pos)[0], _U64.unpack_from(key, pos + _U64.size)[0]
+    ns, wf, run_id, kind, timer_id = texts
+    return ns, wf, Deadline(fire_at, kind, run_id, timer_id, sid, attempt)
 
 
 def fire_at_of(key: bytes) -> int:
-    return int(_FIRE_AT.unpack_from(key)[0])
+    return int(_U64.unpack_from(key)[0])
 
 
 def empty_writes() -> WriteSet:

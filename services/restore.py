@@ -85,8 +85,12 @@ def open_and_restore(path: Path, shard: int, state_topic: str, history_topic: st
             break
         except _OutOfRange as exc:
             if reason:
+                store.close()
                 raise RestoreError(f"shard {shard}: {exc} even when restoring from scratch") from None
             reason = str(exc)
+        except BaseException:
+            store.close()  # or the store stays locked for the next attempt in this process
+            raise
     result = RestoreResult(records, time.monotonic() - started, bool(reason), reason)
     log.info("shard %d: restored %d records in %.2fs%s", shard, records, result.seconds,
              " (from scratch)" if reason else "")

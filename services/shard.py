@@ -158,14 +158,17 @@ class Shard:
             name, command = codec.decode(data or b"")
         except codec.DecodeError as exc:
             self._reject(None, "MALFORMED", f"offset {offset}: {exc}")
+            self._merge()
             return
         if name != COMMAND:
             self._reject(None, "MALFORMED", f"offset {offset}: expected a {COMMAND}, found {name}")
+            self._merge()
             return
         ns, wf = command["namespace"], command["workflow_id"]
         owner = partition_for(workflow_key(ns, wf), self.topology.shards)
         if owner != self.index:
             self._reject(command, "WRONG_SHARD", f"{ns}/{wf} belongs to shard {owner}, not {self.index}")
+            self._merge()
             return
         self._decide(command, offset, now_ms)
 

@@ -91,6 +91,11 @@ class MemoryStore:
                 yield key, value
 
     def write(self, writes: Writes) -> None:
+        for items in writes.values():  # all or nothing, like a RocksDB WriteBatch
+            for key, value in items.items():
+                if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
+                    raise TypeError(f"store keys and values are bytes, not {type(key).__name__}: "
+                                    f"{type(value).__name__}")
         for family, items in writes.items():
             data, keys = self._data[family], self._keys[family]
             for key, value in items.items():
@@ -126,7 +131,7 @@ class RocksStore:
             self._families = {f: self._db.get_column_family(f.value) for f in Family}
             self._handles = {f: self._db.get_column_family_handle(f.value) for f in Family}
         except Exception as exc:  # rocksdict raises plain Exceptions for corruption and lock errors alike
-            if "lock" in str(exc).lower():
+            if "/LOCK" in str(exc) or "lock hold" in str(exc):  # not "block checksum mismatch": that is corruption
                 raise StoreLocked(f"the store at {path} is in use by another process ({exc}); each processor "
                                   "needs its own --data-dir") from None
             raise StoreCorrupt(f"cannot open the store at {path}: {exc}") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -18,6 +19,7 @@ from ostinato.schemas.keys import shard_for, workflow_key
 from ostinato.services.checker import check_history
 from ostinato.services.cluster import init_cluster
 from ostinato.services.store import Family
+from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess
 from tests.tools.stores import dump_store, durable_states, mismatches, shard_dirs
 from tests.tools.worker import TestWorker, command_record
@@ -51,6 +53,9 @@ def test_a_thousand_workflows_complete_with_clean_histories(kafka: KafkaCluster,
     report = check_history(kafka.bootstrap, topic_prefix)
     assert report.ok, report.problems[:20]
     assert report.runs == 1000 and report.closed_runs == {"COMPLETED": 1000}
+    cli = run_cli("check", "history", "--kafka", kafka.bootstrap, "--prefix", topic_prefix, "-o", "json")
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["runs"] == 1000
     server.stop()
     assert mismatches(report, durable_states([server.data_dir], topic_prefix)) == []
 
