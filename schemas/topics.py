@@ -84,6 +84,23 @@ def catalogue(prefix: str, shards: int, replication_factor: int,
     return [TopicSpec(topic_name(prefix, t), n, cfg) for t, n, cfg in specs]
 
 
+MAX_TASK_QUEUE_LENGTH = 180  # Kafka topic names stop at 249: room for a 50-character prefix and ".tasks.<q>.activity"
+_TASK_QUEUE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def task_queue_problem(queue: str) -> str | None:
+    """Why `queue` cannot name a task queue (it becomes part of a Kafka topic name), or None."""
+    if not queue:
+        return "task queue names cannot be empty"
+    if len(queue) > MAX_TASK_QUEUE_LENGTH:
+        return f"task queue names are at most {MAX_TASK_QUEUE_LENGTH} characters ({len(queue)} given)"
+    bad = sorted(set(queue) - _TASK_QUEUE_CHARS)
+    if bad:
+        return (f"task queue {queue[:60]!r} has characters a Kafka topic name cannot carry ({''.join(bad)[:10]!r}); "
+                "use letters, digits, '.', '_' and '-'")
+    return None
+
+
 def task_topic_spec(prefix: str, queue: str, kind: TaskKind, replication_factor: int,
                     partitions: int = DEFAULT_TASK_QUEUE_PARTITIONS) -> TopicSpec:
     """A task queue topic, created idempotently by whoever first produces to or consumes from it."""

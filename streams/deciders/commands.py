@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchActivityTask, UpsertVisibility
 from ostinato.streams.config import Config
@@ -39,6 +40,9 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
     external = len(run.external_requests)
     for i, (name, c) in enumerate(commands):
         short = name.removeprefix(_C)
+        queue = c.get("task_queue") if isinstance(c, dict) else None
+        if queue and (problem := task_queue_problem(queue)) is not None:
+            return f"command {i} ({short}): {problem}"
         if name in CLOSING and i != len(commands) - 1:
             return f"command {i} ({short}) closes the workflow but is not the last command"
         if name == _C + "ScheduleActivityTaskCommand":

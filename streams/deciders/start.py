@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
 from ostinato.streams.actions import UpsertVisibility
 from ostinato.streams.deciders.common import close_run, new_run_id, schedule_workflow_task, send
@@ -37,8 +38,8 @@ def _reuse_forbidden(reuse: str, closed_status: str) -> bool:
 def _invalid(body: Record) -> str | None:
     if not body["workflow_type"]:
         return "workflow_type is required"
-    if not body["task_queue"]:
-        return "task_queue is required"
+    if (problem := task_queue_problem(body["task_queue"])) is not None:
+        return problem
     for name in ("execution_timeout_ms", "run_timeout_ms"):
         if body[name] is not None and body[name] <= 0:
             return f"{name} must be positive"

@@ -282,7 +282,7 @@ def test_id_reuse_policy_after_close(reuse: str, closed: str, allowed: bool) -> 
 
 @pytest.mark.parametrize(("body", "fragment"), [
     pytest.param({"workflow_type": ""}, "workflow_type is required", id="empty-type"),
-    pytest.param({"task_queue": ""}, "task_queue is required", id="empty-queue"),
+    pytest.param({"task_queue": ""}, "task queue names cannot be empty", id="empty-queue"),
     pytest.param({"execution_timeout_ms": 0}, "execution_timeout_ms must be positive", id="zero-execution-timeout"),
     pytest.param({"execution_timeout_ms": -5}, "execution_timeout_ms must be positive", id="negative-exec-timeout"),
     pytest.param({"run_timeout_ms": 0}, "run_timeout_ms must be positive", id="zero-run-timeout"),
