@@ -68,8 +68,8 @@ def _store_or_redirect(request: web.Request) -> ShardStore | web.Response:
     owner = ctx.ownership.owner(shard) if ctx.ownership is not None else None
     endpoint = str(owner["read_endpoint"]) if owner else ""
     if owner and endpoint and owner["owner_id"] != ctx.owner_id and HOP not in request.query:
-        location = request.url.with_scheme("http").update_query({HOP: "1"})
-        target = endpoint.rstrip("/") + location.path_qs
+        raw = request.raw_path  # still percent-encoded: a '/' inside a workflow id must stay %2F
+        target = f"{endpoint.rstrip('/')}{raw}{'&' if '?' in raw else '?'}{HOP}=1"
         raise web.HTTPTemporaryRedirect(target)
     return error(503, "shard_unavailable", f"shard {shard} of {ns}/{wf} has no reachable owner right now; "
                  "it may be moving between processors, retry shortly", shard=shard)

@@ -10,12 +10,13 @@ reloaded from the overlay as the previous command left it, and the rest of the b
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from ostinato.schemas import codec, partition_for
-from ostinato.schemas.keys import activity_task_key, history_key, run_key, workflow_key
+from ostinato.schemas.keys import activity_task_key, history_key, run_key, split_key, workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
 from ostinato.services.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
 from ostinato.services.store import Family, ShardStore, pack_int, unpack_int
@@ -39,6 +40,7 @@ from ostinato.streams.deciders import decide
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
 
 Record = dict[str, Any]
+CACHE_SIZE = 10_000  # decoded workflows kept per shard between batches
 COMMAND = "ostinato.command.Command"
 HISTORY_EVENT = "ostinato.history.HistoryEvent"
 TIMER_IDENTITY = "ostinato-timer"
@@ -96,7 +98,8 @@ class _Pending:
 class Shard:
     """The owner's view of one shard: committed store + the batch's overlay."""
 
-    def __init__(self, index: int, store: ShardStore, topology: Topology, config: Config) -> None:
+    def __init__(self, index: int, store: ShardStore, topology: Topology, config: Config,
+                 cache_size: int = CACHE_SIZE) -> None:
         self.index = index
         self.store = store
         self.topology = topology
@@ -108,7 +111,12 @@ class Shard:
         self.timers_fired: list[int] = []  # lateness in ms of each timer fired in the batch
         self._events: dict[bytes, Record] = {}
         self._working: dict[tuple[str, str], Workflow] = {}
+        self._written_runs: dict[tuple[str, str], set[bytes]] = {}  # state keys of runs the batch wrote
         self._pending = _Pending()
+        # Committed workflows, decoded: a workflow moves from here to `_working` when a batch touches it and back
+        # when the batch commits; an abort drops `_working`, so nothing uncommitted is ever cached.
+        self._cache: OrderedDict[tuple[str, str], Workflow] = OrderedDict()
+        self._cache_size = cache_size
 
     # -- reading through the overlay ------------------------------------------------------------------------------
 
@@ -126,13 +134,17 @@ class Shard:
         workflow = self._working.get(key)
         if workflow is not None:
             return workflow
+        workflow = self._cache.pop(key, None)
+        if workflow is not None:
+            self._working[key] = workflow
+            return workflow
         workflow = Workflow(ns, wf)
         pointer = self.get(Family.STATE, workflow_key(ns, wf).encode())
         if pointer is not None:
             workflow.current = decode_current(pointer)
         prefix = (workflow_key(ns, wf) + "/").encode()
         keys = {k for k, _ in self.store.scan(Family.STATE, prefix=prefix)}
-        keys.update(k for k in self.writes[Family.STATE] if k.startswith(prefix))
+        keys.update(self._written_runs.get(key, ()))
         for k in sorted(keys):
             data = self.get(Family.STATE, k)
             if data is not None:
@@ -209,6 +221,10 @@ class Shard:
         p = self._pending
         for family, items in p.writes.items():
             self.writes[family].update(items)
+        for key in p.writes[Family.STATE]:
+            ns, wf, *run = split_key(key.decode())
+            if run:
+                self._written_runs.setdefault((ns, wf), set()).add(key)
         self.outputs.extend(p.outputs)
         self._events.update(p.events)
         self._pending = _Pending()
@@ -367,6 +383,12 @@ class Shard:
         writes: dict[Family, dict[bytes, bytes | None]] = {f: dict(items) for f, items in self.writes.items()}
         writes[Family.META].update(checkpoint)
         self.store.write(writes)
+        for key, workflow in self._working.items():
+            if workflow.runs or workflow.current is not None:
+                self._cache[key] = workflow
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        self._working = {}
         self.reset()
 
     def reset(self) -> None:
@@ -377,7 +399,8 @@ class Shard:
         self.commands = 0
         self.timers_fired = []
         self._events = {}
-        self._working = {}
+        self._working = {}  # after an abort: possibly changed by what was rolled back, so not cached
+        self._written_runs = {}
         self._pending = _Pending()
 
 

@@ -18,13 +18,14 @@ from ostinato.infra.process import free_ports
 
 class ServerProcess:
     def __init__(self, bootstrap: str, prefix: str, data_dir: Path, log: Path, *, port: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, processor: bool = True) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.data_dir = data_dir
         self.log = log
         self.port = port or free_ports(1)[0]
         self.env = env or {}
+        self.processor = processor
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -34,6 +35,8 @@ class ServerProcess:
     def start(self, env: dict[str, str] | None = None) -> ServerProcess:
         argv = [sys.executable, "-m", "ostinato", "server", "--kafka", self.bootstrap, "--prefix", self.prefix,
                 "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        if not self.processor:
+            argv.append("--no-processor")
         merged = {**os.environ, **self.env, **(env or {})}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=merged)

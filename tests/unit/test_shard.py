@@ -400,3 +400,19 @@ def test_deadlines_due_at_once_fire_in_the_same_order_as_in_the_engine() -> None
         return engine.histories
 
     assert fan_out(ShardEngine(shards=2)) == fan_out(InMemoryEngine(shards=2))
+
+
+def test_the_workflow_cache_never_keeps_what_an_abort_rolled_back(shard: Shard) -> None:
+    """Decoded workflows are cached between batches; an aborted batch must not leave its changes in the cache."""
+    started(shard)
+    shard.process(signal_command(WF, "lost"), 1, NOW + 1)
+    assert shard.rejections == [] and event_types(shard.outputs) == ["WORKFLOW_EXECUTION_SIGNALED"]
+    shard.reset()  # the transaction aborted
+    shard.process(signal_command(WF, "kept"), 1, NOW + 2)
+    out = commit(shard)
+    [(_, _, signaled)] = [d for d in decoded(out, Topic.HISTORY) if d[2] is not None]
+    assert signaled["attributes"][1]["signal_name"] == "kept"
+    fresh = Shard(HOME, shard.store, topology(S), CONFIG)  # decodes everything from the store
+    shard.process(signal_command(WF, "third", request_id="x"), 2, NOW + 3)
+    fresh.process(signal_command(WF, "third", request_id="x"), 2, NOW + 3)
+    assert [(o.topic, o.key, o.value) for o in shard.outputs] == [(o.topic, o.key, o.value) for o in fresh.outputs]
