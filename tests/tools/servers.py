@@ -27,6 +27,7 @@ class ServerProcess:
         self.env = env or {}
         self.processor = processor
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started_ms = 0
 
     @property
     def url(self) -> str:
@@ -38,6 +39,7 @@ class ServerProcess:
         if not self.processor:
             argv.append("--no-processor")
         merged = {**os.environ, **self.env, **(env or {})}
+        self.started_ms = int(time.time() * 1000)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=merged)
         return self
@@ -50,7 +52,8 @@ class ServerProcess:
             return exc.code, json.loads(exc.read() or b"null")
 
     def wait_owning(self, shards: int | None = None, timeout: float = 60.0) -> list[int]:
-        """Wait until the API answers and (if given) this process owns `shards` shards per the cluster topic."""
+        """Wait until the API answers and (if given) this process owns `shards` shards per the cluster topic,
+        announced since it started (a restarted server on the same port must not count its predecessor's claims)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
@@ -59,7 +62,8 @@ class ServerProcess:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 time.sleep(0.2)
                 continue
-            mine = sorted(o["shard"] for o in body["owners"] if o["read_endpoint"] == self.url)
+            mine = sorted(o["shard"] for o in body["owners"]
+                          if o["read_endpoint"] == self.url and o["updated_at_ms"] >= self.started_ms)
             if status == 200 and (shards is None or len(mine) >= shards):
                 return mine
             time.sleep(0.2)
