@@ -277,6 +277,10 @@ class SchemaRegistry:
         self._writers.setdefault(info.fingerprint, info)
         return info
 
+    def knows_writer(self, fingerprint: bytes) -> bool:
+        """Whether records carrying this schema fingerprint decode here."""
+        return fingerprint in self._writers
+
     def encode(self, type_name: str, record: dict[str, Any]) -> bytes:
         """Encode `record` as `type_name`; a record that does not fit the schema raises ValueError.
 

@@ -237,7 +237,7 @@ def _topic_configs(admin: AdminClient, topic: str, timeout: float) -> dict[str, 
 
 
 def _write_settings(bootstrap: str, prefix: str, settings: ClusterSettings, timeout: float) -> None:
-    _produce_all(bootstrap, topic_name(prefix, Topic.CLUSTER), [(SETTINGS_KEY.encode(), settings.encode())], timeout)
+    produce_all(bootstrap, topic_name(prefix, Topic.CLUSTER), [(SETTINGS_KEY.encode(), settings.encode())], timeout)
 
 
 def _publish_schemas(bootstrap: str, prefix: str, timeout: float) -> None:
@@ -247,10 +247,10 @@ def _publish_schemas(bootstrap: str, prefix: str, timeout: float) -> None:
     records written with it. Re-publishing is harmless: the topic is compacted by fingerprint.
     """
     records = [(info.fingerprint.hex().encode(), info.canonical.encode()) for info in codec.registry().schemas]
-    _produce_all(bootstrap, topic_name(prefix, Topic.SCHEMAS), records, timeout)
+    produce_all(bootstrap, topic_name(prefix, Topic.SCHEMAS), records, timeout)
 
 
-def _produce_all(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], timeout: float) -> None:
+def produce_all(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], timeout: float) -> None:
     producer = idempotent_producer(bootstrap, "ostinato-admin")
     errors: list[KafkaError] = []
     for key, value in records:

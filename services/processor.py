@@ -34,6 +34,7 @@ from ostinato.services.faults import FaultPoints
 from ostinato.services.kafka_clients import base_config
 from ostinato.services.metrics import ProcessorMetrics
 from ostinato.services.restore import open_and_restore
+from ostinato.services.schema_sync import sync_schemas
 from ostinato.services.shard import Output, Shard, Topology
 from ostinato.services.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, CHECKPOINT_TIME, RocksStore, pack_int
 from ostinato.services.task_topics import TaskTopics
@@ -111,6 +112,7 @@ class Processor:
 
     def run(self) -> None:
         """Process until `stop()`; leaves the group cleanly (revocation closes the stores)."""
+        sync_schemas(self.bootstrap, self.prefix)
         self.producer = self._new_producer()
         self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
                                    "group.id": f"{self.prefix}-restore-unused", "enable.auto.commit": False,
