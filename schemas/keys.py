@@ -54,7 +54,10 @@ def join_key(*components: str) -> str:
     """
     if not components:
         raise ValueError("a key needs at least one component")
-    return "/".join([_escape(c) for c in components])
+    for c in components:
+        if "%" in c or "/" in c:
+            return "/".join([_escape(c) for c in components])
+    return "/".join(components)  # nothing to escape: the common case, and a hot path of the processor
 
 
 def split_key(key: str) -> list[str]:

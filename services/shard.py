@@ -9,6 +9,7 @@ reloaded from the overlay as the previous command left it, and the rest of the b
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -46,6 +47,9 @@ HISTORY_EVENT = "ostinato.history.HistoryEvent"
 TIMER_IDENTITY = "ostinato-timer"
 
 log = logging.getLogger("ostinato.processor")
+
+# Keys repeat (a workflow's tasks, its activities): murmur2 in Python is worth remembering.
+_partition = functools.lru_cache(maxsize=65_536)(partition_for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +181,7 @@ class Shard:
             self._merge()
             return
         ns, wf = command["namespace"], command["workflow_id"]
-        owner = partition_for(workflow_key(ns, wf), self.topology.shards)
+        owner = _partition(workflow_key(ns, wf), self.topology.shards)
         if owner != self.index:
             self._reject(command, "WRONG_SHARD", f"{ns}/{wf} belongs to shard {owner}, not {self.index}")
             self._merge()
@@ -308,7 +312,7 @@ class Shard:
         elif isinstance(action, SendCommand):
             c = action.command
             key = workflow_key(c["namespace"], c["workflow_id"])
-            self._out(t.topic(Topic.COMMANDS), partition_for(key, t.shards), key, codec.encode(COMMAND, c))
+            self._out(t.topic(Topic.COMMANDS), _partition(key, t.shards), key, codec.encode(COMMAND, c))
         elif isinstance(action, ScheduleTimer | CancelTimer):
             value = b"" if isinstance(action, ScheduleTimer) else None
             key = timer_key(action.namespace, action.workflow_id, action.deadline)
@@ -342,19 +346,19 @@ class Shard:
             if task is not None:
                 topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
                 key = workflow_key(ns, wf)
-                self._out(topic, partition_for(key, t.task_partitions(topic)), key,
+                self._out(topic, _partition(key, t.task_partitions(topic)), key,
                           codec.encode(records.WORKFLOW_TASK, task))
         elif isinstance(action, DispatchActivityTask):
             activity = records.activity_task(run, action, history)  # type: ignore[arg-type]
             if activity is not None:
                 topic = task_topic_name(t.prefix, activity["task_queue"], TaskKind.ACTIVITY)
                 key = activity_task_key(ns, wf, activity["activity_id"])
-                self._out(topic, partition_for(key, t.task_partitions(topic)), key,
+                self._out(topic, _partition(key, t.task_partitions(topic)), key,
                           codec.encode(records.ACTIVITY_TASK, activity))
         elif isinstance(action, DispatchQueryTask):
             topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
             key = workflow_key(ns, wf)
-            self._out(topic, partition_for(key, t.task_partitions(topic)), key,
+            self._out(topic, _partition(key, t.task_partitions(topic)), key,
                       codec.encode(records.QUERY_TASK, records.query_task(run, action)))
         else:
             key_bytes = run_key(ns, wf, run.run_id).encode()

@@ -177,14 +177,25 @@ _KEYS = {"activities": "scheduled_event_id", "timers": "timer_id", "children": "
          "external_requests": "initiated_event_id"}
 
 
+_FieldPlan = tuple[tuple[str, bool, Any], ...]  # (name, ephemeral, default factory) per field
+_PLANS: dict[type, _FieldPlan] = {}
+
+
+def _plan(cls: type) -> _FieldPlan:
+    """The fields of a state class, computed once: `dataclasses.fields` per record was a hot spot."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = tuple((f.name, bool(f.metadata.get("ephemeral")),
+                      f.default_factory if f.default is MISSING else (lambda d=f.default: d))
+                     for f in fields(cls))
+        _PLANS[cls] = plan
+    return plan
+
+
 def _plain(obj: Any, durable_only: bool) -> Record:
-    out: Record = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if durable_only and f.metadata.get("ephemeral"):
-            value = f.default_factory() if f.default is MISSING else f.default
-        out[f.name] = value
-    return out
+    if not durable_only:
+        return {name: getattr(obj, name) for name, _, _ in _plan(type(obj))}
+    return {name: default() if ephemeral else getattr(obj, name) for name, ephemeral, default in _plan(type(obj))}
 
 
 def to_record(run: RunState, durable_only: bool = False) -> Record:
