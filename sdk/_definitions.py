@@ -1,0 +1,81 @@
+"""What `@workflow.defn` records about a workflow class: its name, run method, signal and query handlers."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+RUN_ATTR = "__ostinato_run__"
+SIGNAL_ATTR = "__ostinato_signal__"
+QUERY_ATTR = "__ostinato_query__"
+DEFN_ATTR = "__ostinato_workflow__"
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    name: str
+    cls: type
+    run: Callable[..., Any]
+    signals: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    queries: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def arg_hints(self, fn: Callable[..., Any]) -> list[Any]:
+        """Type hints of the parameters after `self`, to decode arguments into the right types."""
+        return parameter_hints(fn)[1:]
+
+    def result_hint(self) -> Any:
+        return _hints(self.run).get("return")
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: decode as plain JSON values instead
+        return {}
+
+
+def parameter_hints(fn: Callable[..., Any]) -> list[Any]:
+    hints = _hints(fn)
+    return [hints.get(p.name) for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def build(cls: type, name: str | None) -> WorkflowDefinition:
+    run = None
+    signals: dict[str, Callable[..., Any]] = {}
+    queries: dict[str, Callable[..., Any]] = {}
+    for attr in dir(cls):
+        member = getattr(cls, attr, None)
+        if member is None:
+            continue
+        if getattr(member, RUN_ATTR, False):
+            if run is not None:
+                raise TypeError(f"workflow {cls.__name__} has more than one @workflow.run method")
+            if not inspect.iscoroutinefunction(member):
+                raise TypeError(f"{cls.__name__}.{attr}: @workflow.run must be an async method")
+            run = member
+        if (signal := getattr(member, SIGNAL_ATTR, None)) is not None:
+            signals[signal] = member
+        if (query := getattr(member, QUERY_ATTR, None)) is not None:
+            if inspect.iscoroutinefunction(member):
+                raise TypeError(f"{cls.__name__}.{attr}: a @workflow.query must be a plain method (it cannot wait)")
+            queries[query] = member
+    if run is None:
+        raise TypeError(f"workflow {cls.__name__} needs one async method decorated with @workflow.run")
+    return WorkflowDefinition(name or cls.__name__, cls, run, signals, queries)
+
+
+def definition_of(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition:
+    """The definition of a workflow class, or of the class owning a `@workflow.run` method."""
+    target = workflow
+    if not isinstance(target, type):
+        owner = getattr(target, "__qualname__", "").rpartition(".")[0]
+        module = inspect.getmodule(target)
+        target = getattr(module, owner, None) if owner and module else None
+    defn = getattr(target, DEFN_ATTR, None)
+    if not isinstance(defn, WorkflowDefinition):
+        raise TypeError(f"{workflow!r} is not a @workflow.defn class (or its @workflow.run method)")
+    return defn

@@ -1,0 +1,434 @@
+"""One workflow run in a worker: history events in, workflow commands out, deterministically.
+
+History is cut into activations at each WORKFLOW_TASK_STARTED. For an activation that history shows completed,
+the code is run again (replay) and the commands it produces must match, in order, the events that follow the
+WORKFLOW_TASK_COMPLETED; any difference is a `NondeterminismError` (the task fails, history is untouched). The
+activation of the task being worked on is live: its commands are the answer. Events that arrive while a task runs
+(written between its STARTED and COMPLETED) belong to the next activation. Each command kind has its own sequence
+number, so ids (`activity_id`, `timer_id`) are the same on every replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk._definitions import WorkflowDefinition
+from ostinato.sdk._loop import WorkflowLoop
+from ostinato.sdk.data import DataConverter
+
+Record = dict[str, Any]
+Command = tuple[str, Record]
+C = "ostinato.command."
+PATCH_MARKER = "core_patch"
+CLOSING = {C + "CompleteWorkflowExecutionCommand", C + "FailWorkflowExecutionCommand",
+           C + "CancelWorkflowExecutionCommand", C + "ContinueAsNewWorkflowExecutionCommand"}
+
+# The event each command becomes, and the attribute that identifies it.
+_EVENT_OF = {
+    C + "ScheduleActivityTaskCommand": ("ACTIVITY_TASK_SCHEDULED", "activity_id"),
+    C + "RequestCancelActivityTaskCommand": ("ACTIVITY_TASK_CANCEL_REQUESTED", "scheduled_event_id"),
+    C + "StartTimerCommand": ("TIMER_STARTED", "timer_id"),
+    C + "CancelTimerCommand": ("TIMER_CANCELED", "timer_id"),
+    C + "CompleteWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_COMPLETED", None),
+    C + "FailWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_FAILED", None),
+    C + "CancelWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_CANCELED", None),
+    C + "ContinueAsNewWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_CONTINUED_AS_NEW", None),
+    C + "StartChildWorkflowExecutionCommand": ("START_CHILD_WORKFLOW_EXECUTION_INITIATED", "workflow_id"),
+    C + "SignalExternalWorkflowExecutionCommand": ("SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED", "signal_name"),
+    C + "RequestCancelExternalWorkflowExecutionCommand": ("REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED",
+                                                          None),
+    C + "RecordMarkerCommand": ("MARKER_RECORDED", "marker_name"),
+    C + "UpsertWorkflowSearchAttributesCommand": ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", None),
+    C + "ModifyWorkflowPropertiesCommand": ("WORKFLOW_PROPERTIES_MODIFIED", None),
+}
+COMMAND_EVENTS = frozenset(event for event, _ in _EVENT_OF.values())
+TASK_EVENTS = frozenset({"WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED",
+                         "WORKFLOW_TASK_FAILED", "WORKFLOW_TASK_TIMED_OUT"})
+
+_local = threading.local()
+
+
+def current() -> WorkflowInstance:
+    instance: WorkflowInstance | None = getattr(_local, "instance", None)
+    if instance is None:
+        raise RuntimeError("not in a workflow: this function can only be called from workflow code")
+    return instance
+
+
+def in_workflow() -> bool:
+    return getattr(_local, "instance", None) is not None
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    namespace: str
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    attempt: int
+    first_execution_run_id: str
+    continued_run_id: str
+    parent: Record | None
+    start_time: datetime
+    run_timeout: timedelta | None
+    execution_timeout: timedelta | None
+
+
+@dataclass
+class TaskOutcome:
+    """The answer to a workflow task: commands, or why the task failed (then history stays untouched)."""
+
+    commands: list[Command] = field(default_factory=list)
+    failure: BaseException | None = None
+    cause: str = "UNSPECIFIED"
+
+
+@dataclass
+class _Pending:
+    """A command sent (or about to be) and what resolves when its events arrive."""
+
+    name: str
+    body: Record
+    on_event: Callable[[Record], None] | None = None
+
+
+class ContinueAsNew(BaseException):
+    def __init__(self, body: Record) -> None:
+        super().__init__("continue as new")
+        self.body = body
+
+
+def _attrs(event: Record) -> Record:
+    attrs: Record = event["attributes"][1]
+    return attrs
+
+
+class WorkflowInstance:
+    """The workflow object, its event loop, and everything in flight."""
+
+    def __init__(self, defn: WorkflowDefinition, namespace: str, workflow_id: str, run_id: str,
+                 converter: DataConverter) -> None:
+        self.defn = defn
+        self.namespace, self.workflow_id, self.run_id = namespace, workflow_id, run_id
+        self.converter = converter
+        self.loop = WorkflowLoop(self)
+        self.random = random.Random(int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big"))
+        self.info: WorkflowInfo | None = None
+        self.obj: Any = None
+        self.main: asyncio.Task[Any] | None = None
+        self.replaying = False
+        self.now = datetime.fromtimestamp(0, UTC)
+        self.history_length = 0
+        self.suggest_continue_as_new = False
+        self.last_started_event_id = 0  # the last workflow task this instance answered (live or replayed)
+        self.closed = False
+        self._seq: dict[str, int] = {}
+        self._new: list[_Pending] = []  # commands of the activation running now
+        self._expected: list[_Pending] = []  # commands of the last activation, waiting for their events
+        self._by_event: dict[tuple[str, int], Callable[[Record], None]] = {}  # (kind, event id) -> resolver
+        self._timers: dict[str, Callable[[], None]] = {}
+        self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._buffered_signals: dict[str, list[Record]] = {}
+        self._known_patches: set[str] = set()
+        self._patches: dict[str, bool] = {}
+        self._task_failure: BaseException | None = None
+
+    # -- feeding history ------------------------------------------------------------------------------------------
+
+    def process(self, events: list[Record], live_started_event_id: int | None) -> TaskOutcome:
+        """Consume `events` (everything after what this instance has seen, up to and including the task's
+        WORKFLOW_TASK_STARTED) and return the live activation's commands. With no live task (to answer a query),
+        replay every completed activation and stop."""
+        outcome_of = {_attrs(e)["started_event_id"]: e["event_type"] for e in events
+                      if e["event_type"] in ("WORKFLOW_TASK_COMPLETED", "WORKFLOW_TASK_FAILED",
+                                             "WORKFLOW_TASK_TIMED_OUT")}
+        jobs: list[Record] = []
+        matching = False
+        try:
+            for index, event in enumerate(events):
+                kind = event["event_type"]
+                if kind == "WORKFLOW_TASK_STARTED":
+                    self._unmatched_check(event)
+                    if event["event_id"] == live_started_event_id:
+                        return self._activate(jobs, event, replaying=False)
+                    if outcome_of.get(event["event_id"]) == "WORKFLOW_TASK_COMPLETED":
+                        self._learn_patches(events, index)
+                        self._activate(jobs, event, replaying=True)
+                        jobs = []
+                elif kind == "WORKFLOW_TASK_COMPLETED":
+                    matching = True
+                elif kind in COMMAND_EVENTS and matching:
+                    self._match(event)
+                elif kind in TASK_EVENTS or kind == "ACTIVITY_TASK_STARTED":
+                    continue
+                else:
+                    if matching:
+                        self._unmatched_check(event)
+                    matching = False
+                    jobs.append(event)
+        except exc.NondeterminismError as error:
+            return TaskOutcome(failure=error, cause="NONDETERMINISM")
+        if live_started_event_id is None:
+            return TaskOutcome()
+        missing = f"the task's WORKFLOW_TASK_STARTED {live_started_event_id} is not in the events given"
+        return TaskOutcome(failure=exc.NondeterminismError(missing), cause="UNSPECIFIED")
+
+    def _unmatched_check(self, event: Record) -> None:
+        if self._expected:
+            pending = self._expected[0]
+            raise exc.NondeterminismError(
+                f"workflow code produced {_describe(pending.name, pending.body)} but history has no such event "
+                f"(found {event['event_type']} at event {event['event_id']} instead)")
+
+    def _match(self, event: Record) -> None:
+        if not self._expected:
+            raise exc.NondeterminismError(
+                f"history has {event['event_type']} at event {event['event_id']} "
+                f"({_event_id_text(event)}) but workflow code did not produce it")
+        pending = self._expected.pop(0)
+        kind, key = _EVENT_OF[pending.name]
+        attrs = _attrs(event)
+        if event["event_type"] != kind or (key is not None and key in attrs and key in pending.body
+                                           and attrs[key] != pending.body[key]):
+            raise exc.NondeterminismError(
+                f"history has {event['event_type']} ({_event_id_text(event)}) at event {event['event_id']} but "
+                f"workflow code now produces {_describe(pending.name, pending.body)}")
+        if pending.name == C + "ScheduleActivityTaskCommand" and attrs["activity_type"] != \
+                pending.body["activity_type"]:
+            raise exc.NondeterminismError(
+                f"history schedules activity {attrs['activity_id']!r} as {attrs['activity_type']!r} at event "
+                f"{event['event_id']} but workflow code now runs {pending.body['activity_type']!r}")
+        if pending.on_event is not None:
+            pending.on_event(event)
+
+    def _learn_patches(self, events: list[Record], started_index: int) -> None:
+        """Patches a replayed activation recorded (markers among the command events after its COMPLETED):
+        `patched()` must answer as it did when the activation ran live."""
+        started_id = events[started_index]["event_id"]
+        rest = iter(events[started_index + 1:])
+        for event in rest:
+            if event["event_type"] == "WORKFLOW_TASK_COMPLETED" and _attrs(event)["started_event_id"] == started_id:
+                break
+        for event in rest:
+            if event["event_type"] not in COMMAND_EVENTS:
+                return
+            attrs = _attrs(event)
+            if event["event_type"] == "MARKER_RECORDED" and attrs["marker_name"] == PATCH_MARKER:
+                self._known_patches.update(self.converter.decode(attrs["details"].get("patch_id", [])))
+
+    # -- one activation -------------------------------------------------------------------------------------------
+
+    def _activate(self, jobs: list[Record], started: Record, replaying: bool) -> TaskOutcome:
+        self.replaying = replaying
+        self.now = datetime.fromtimestamp(started["event_time_ms"] / 1000, UTC)
+        self.loop.set_time(started["event_time_ms"] / 1000)
+        self.history_length = _attrs(started)["history_length"]
+        self.suggest_continue_as_new = _attrs(started)["suggest_continue_as_new"]
+        self.last_started_event_id = started["event_id"]
+        self._new = []
+        self._task_failure = None
+        _local.instance = self
+        try:
+            for job in jobs:
+                if not self.closed:
+                    self._apply(job)
+            self._run()
+        except (exc.NondeterminismError, exc.RestrictedWorkflowAccessError) as error:
+            self._task_failure = error
+        finally:
+            _local.instance = None
+        if self._task_failure is not None:
+            failure, self._task_failure = self._task_failure, None
+            self._new = []
+            if replaying:
+                raise failure if isinstance(failure, exc.NondeterminismError) else exc.NondeterminismError(
+                    f"replaying failed: {type(failure).__name__}: {failure}") from failure
+            cause = "NONDETERMINISM" if isinstance(failure, exc.NondeterminismError) \
+                else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+            return TaskOutcome(failure=failure, cause=cause)
+        self._expected = list(self._new)
+        return TaskOutcome(commands=[(p.name, p.body) for p in self._new])
+
+    def _run(self) -> None:
+        """Run the loop until nothing is ready and no wait_condition became true."""
+        while True:
+            self.loop.run_ready()
+            woke = False
+            for predicate, future in list(self._conditions):
+                if future.done():
+                    self._conditions.remove((predicate, future))
+                elif predicate():
+                    future.set_result(None)
+                    self._conditions.remove((predicate, future))
+                    woke = True
+            if not woke and self.loop.idle:
+                return
+
+    def _apply(self, event: Record) -> None:
+        kind, attrs = event["event_type"], _attrs(event)
+        if kind == "WORKFLOW_EXECUTION_STARTED":
+            self._start(event)
+        elif kind == "WORKFLOW_EXECUTION_SIGNALED":
+            self._signal(attrs["signal_name"], attrs["input"])
+        elif kind == "WORKFLOW_EXECUTION_CANCEL_REQUESTED":
+            if self.main is not None and not self.main.done():
+                self.main.cancel()
+        elif kind == "TIMER_FIRED":
+            callback = self._timers.pop(attrs["timer_id"], None)
+            if callback is not None:
+                callback()
+        else:
+            ref = attrs.get("scheduled_event_id") or attrs.get("initiated_event_id")
+            resolver = self._by_event.get((_family(kind), ref)) if ref else None
+            if resolver is not None:
+                resolver(event)
+
+    def _start(self, event: Record) -> None:
+        attrs = _attrs(event)
+        run_timeout, exec_timeout = attrs["run_timeout_ms"], attrs["execution_timeout_ms"]
+        self.info = WorkflowInfo(
+            self.namespace, self.workflow_id, self.run_id, attrs["workflow_type"], attrs["task_queue"],
+            attrs["attempt"], attrs["first_execution_run_id"], attrs["continued_execution_run_id"], attrs["parent"],
+            datetime.fromtimestamp(event["event_time_ms"] / 1000, UTC),
+            None if run_timeout is None else timedelta(milliseconds=run_timeout),
+            None if exec_timeout is None else timedelta(milliseconds=exec_timeout))
+        self.obj = self.defn.cls()
+        args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
+        self.main = self.loop.create_task(self.defn.run(self.obj, *args), name="workflow.run")
+        self.main.add_done_callback(self._main_done)
+
+    def _main_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self._close("CancelWorkflowExecutionCommand", {"details": []})
+            return
+        error = task.exception()
+        if error is None:
+            self._close("CompleteWorkflowExecutionCommand", {"result": self.converter.encode([task.result()])})
+        elif isinstance(error, ContinueAsNew):
+            self._close("ContinueAsNewWorkflowExecutionCommand", error.body)
+        elif isinstance(error, asyncio.CancelledError | exc.CancelledError):
+            self._close("CancelWorkflowExecutionCommand", {"details": []})
+        elif isinstance(error, exc.FailureError):
+            self._close("FailWorkflowExecutionCommand", {"failure": self.converter.encode_failure(error)})
+        else:
+            # A bug (TypeError, KeyError...) fails the workflow task, not the workflow: fix the code and the
+            # workflow goes on from where it was.
+            self._task_failure = error
+
+    def _close(self, name: str, body: Record) -> None:
+        self.closed = True
+        self.command(name, body)
+
+    def _signal(self, name: str, payloads: list[Record]) -> None:
+        handler = self.defn.signals.get(name)
+        if handler is None:
+            self._buffered_signals.setdefault(name, []).append({"input": payloads})
+            return
+        args = self.converter.decode(payloads, self.defn.arg_hints(handler)[:len(payloads)])
+
+        async def deliver() -> None:
+            result = handler(self.obj, *args)
+            if asyncio.iscoroutine(result):
+                await result
+
+        self.loop.create_task(deliver(), name=f"signal {name}").add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None and self._task_failure is None:
+            self._task_failure = task.exception()
+
+    # -- what the workflow API calls ------------------------------------------------------------------------------
+
+    def next_seq(self, kind: str) -> int:
+        self._seq[kind] = self._seq.get(kind, 0) + 1
+        return self._seq[kind]
+
+    def command(self, name: str, body: Record, on_event: Callable[[Record], None] | None = None) -> _Pending:
+        if self.closed and C + name not in CLOSING:
+            raise exc.ApplicationError("the workflow already closed: no more commands") from None
+        pending = _Pending(C + name, body, on_event)
+        self._new.append(pending)
+        return pending
+
+    def withdraw(self, pending: _Pending) -> bool:
+        """Take back a command not yet sent (cancelled within the activation that made it)."""
+        if pending in self._new:
+            self._new.remove(pending)
+            return True
+        return False
+
+    def on(self, family: str, event_id: int, resolver: Callable[[Record], None]) -> None:
+        self._by_event[(family, event_id)] = resolver
+
+    def start_timer(self, delay_s: float, callback: Callable[[], None]) -> Callable[[], None]:
+        timer_id = str(self.next_seq("timer"))
+        pending = self.command("StartTimerCommand", {"timer_id": timer_id,
+                                                     "start_to_fire_timeout_ms": max(1, round(delay_s * 1000))})
+        self._timers[timer_id] = callback
+
+        def cancel() -> None:
+            if self._timers.pop(timer_id, None) is not None and not self.withdraw(pending) and not self.closed:
+                self.command("CancelTimerCommand", {"timer_id": timer_id})
+
+        return cancel
+
+    def condition(self, predicate: Callable[[], bool]) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._conditions.append((predicate, future))
+        return future
+
+    def patched(self, patch_id: str, deprecated: bool = False) -> bool:
+        if patch_id in self._patches:
+            return self._patches[patch_id]
+        use = deprecated or not self.replaying or patch_id in self._known_patches
+        self._patches[patch_id] = use
+        if use:
+            self.command("RecordMarkerCommand", {"marker_name": PATCH_MARKER,
+                                                 "details": {"patch_id": self.converter.encode([patch_id])},
+                                                 "header": {}, "failure": None})
+        return use
+
+    # -- queries --------------------------------------------------------------------------------------------------
+
+    def query(self, name: str, args: list[Record]) -> list[Record]:
+        handler = self.defn.queries.get(name)
+        if handler is None:
+            known = ", ".join(sorted(self.defn.queries)) or "none"
+            raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
+        values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
+        _local.instance = self
+        try:
+            return self.converter.encode([handler(self.obj, *values)])
+        finally:
+            _local.instance = None
+
+
+def _family(event_type: str) -> str:
+    if event_type.startswith("ACTIVITY_TASK"):
+        return "activity"
+    if "CHILD_WORKFLOW" in event_type:
+        return "child"
+    return "external"
+
+
+def _describe(name: str, body: Record) -> str:
+    short = name.rpartition(".")[2].removesuffix("Command")
+    details = {k: body[k] for k in ("activity_id", "activity_type", "timer_id", "workflow_id", "marker_name",
+                                    "signal_name") if k in body}
+    return f"{short}({', '.join(f'{k}={v!r}' for k, v in details.items())})"
+
+
+def _event_id_text(event: Record) -> str:
+    attrs = _attrs(event)
+    details = {k: attrs[k] for k in ("activity_id", "activity_type", "timer_id", "workflow_id", "marker_name")
+               if k in attrs}
+    return ", ".join(f"{k}={v!r}" for k, v in details.items()) or event["event_type"].lower()

@@ -1,0 +1,105 @@
+"""Workflow tasks in, answers out: the transport-independent half of a worker (the Kafka worker and the test
+environment both use it). Keeps a sticky LRU cache of running workflows; a task whose previous started event is
+not where the cached instance stopped (another worker ran it, or the last task failed) replays full history."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk._definitions import WorkflowDefinition, definition_of
+from ostinato.sdk._instance import WorkflowInstance
+from ostinato.sdk.data import DataConverter
+
+Record = dict[str, Any]
+Command = tuple[str, Record]
+C = "ostinato.command."
+log = logging.getLogger("ostinato.worker")
+
+
+class WorkflowTaskHandler:
+    def __init__(self, workflows: Sequence[type], converter: DataConverter, *, max_cached: int = 1000,
+                 identity: str = "") -> None:
+        self.definitions: dict[str, WorkflowDefinition] = {}
+        for workflow in workflows:
+            definition = definition_of(workflow)
+            if definition.name in self.definitions:
+                raise ValueError(f"two workflows registered as {definition.name!r}")
+            self.definitions[definition.name] = definition
+        self.converter = converter
+        self.identity = identity
+        self.max_cached = max_cached
+        self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
+        self.replays = 0  # full-history replays (cache misses), for tests and metrics
+
+    def handle(self, task: Record, full_history: Callable[[], list[Record]]) -> Command:
+        """The command answering a WorkflowTask: RespondWorkflowTaskCompleted, or Failed (history untouched)."""
+        definition = self.definitions.get(task["workflow_type"])
+        if definition is None:
+            known = ", ".join(sorted(self.definitions)) or "none"
+            return self._failed(task, exc.ApplicationError(
+                f"workflow type {task['workflow_type']!r} is not registered on this worker (registered: {known})",
+                type="WorkflowNotRegistered"), "UNKNOWN_WORKFLOW_TYPE")
+        instance, events = self._instance(task, definition, full_history)
+        try:
+            outcome = instance.process(events, task["started_event_id"])
+        except Exception as error:
+            log.exception("workflow task of %s/%s failed", task["workflow_id"], task["run_id"])
+            outcome_failure: BaseException = error
+            self.cache.pop(task["run_id"], None)
+            return self._failed(task, outcome_failure, "WORKFLOW_WORKER_UNHANDLED_FAILURE")
+        if outcome.failure is not None:
+            self.cache.pop(task["run_id"], None)
+            if outcome.cause == "NONDETERMINISM":
+                log.error("workflow %s/%s: %s", task["workflow_id"], task["run_id"], outcome.failure)
+            return self._failed(task, outcome.failure, outcome.cause)
+        if instance.closed:
+            self.cache.pop(task["run_id"], None)
+        else:
+            self.cache[task["run_id"]] = instance
+            self.cache.move_to_end(task["run_id"])
+            while len(self.cache) > self.max_cached:
+                self.cache.popitem(last=False)
+        return (C + "RespondWorkflowTaskCompleted", {
+            "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
+            "commands": outcome.commands, "force_create_new_task": False, "sdk_flags": [], "build_id": ""})
+
+    def _instance(self, task: Record, definition: WorkflowDefinition,
+                  full_history: Callable[[], list[Record]]) -> tuple[WorkflowInstance, list[Record]]:
+        cached = self.cache.pop(task["run_id"], None)
+        if cached is not None and cached.last_started_event_id == task["previous_started_event_id"]:
+            return cached, task["events"]
+        self.replays += 1
+        instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
+                                    self.converter)
+        first = task["events"][0]["event_id"] if task["events"] else task["started_event_id"] + 1
+        history = [e for e in full_history() if e["event_id"] < first]
+        return instance, history + task["events"]
+
+    def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:
+        """Answer a QueryTask: (result payloads, None) or ([], failure record)."""
+        definition = self.definitions.get(task["workflow_type"])
+        try:
+            if definition is None:
+                raise exc.QueryRejectedError(f"workflow type {task['workflow_type']!r} is not registered here")
+            instance = self.cache.get(task["run_id"])
+            if instance is None:
+                instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
+                                            self.converter)
+                outcome = instance.process(full_history(), None)
+                if outcome.failure is not None:
+                    raise outcome.failure
+            return instance.query(task["query_type"], task["query_args"]), None
+        except Exception as error:  # noqa: BLE001 - any failure is the query's answer, not the worker's problem
+            return [], self.converter.encode_failure(error)
+
+    def evict(self, run_id: str) -> None:
+        self.cache.pop(run_id, None)
+
+    def _failed(self, task: Record, error: BaseException, cause: str) -> Command:
+        return (C + "RespondWorkflowTaskFailed", {
+            "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
+            "failure": self.converter.encode_failure(error), "build_id": ""})

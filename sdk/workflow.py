@@ -1,0 +1,450 @@
+"""The workflow API (`from ostinato import workflow`): decorators for workflow classes and thin functions over
+the running workflow, named as in Temporal's Python SDK.
+
+Workflow code must be deterministic: it runs again from history after a crash or a cache eviction and must
+make the same decisions. Time, randomness and ids come from here (`workflow.now()`, `workflow.random()`,
+`workflow.uuid4()`); waiting is `workflow.sleep`, `asyncio.sleep` or `workflow.wait_condition`; I/O belongs in
+activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, TypeVar, overload
+
+from ostinato.sdk import _definitions as defs
+from ostinato.sdk import _instance as runtime
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk._instance import ContinueAsNew, WorkflowInfo
+from ostinato.sdk.common import RetryPolicy, to_ms
+
+__all__ = [
+    "ActivityCancellationType", "ChildWorkflowHandle", "ExternalWorkflowHandle", "ParentClosePolicy",
+    "WorkflowInfo", "continue_as_new", "defn", "deprecate_patch", "execute_activity", "execute_child_workflow",
+    "get_external_workflow_handle", "info", "logger", "now", "patched", "query", "random", "run", "signal",
+    "sleep", "start_activity", "start_child_workflow", "upsert_memo", "upsert_search_attributes", "uuid4",
+    "wait_condition",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+Record = dict[str, Any]
+
+
+class ActivityCancellationType(StrEnum):
+    TRY_CANCEL = "TRY_CANCEL"  # ask the activity to stop and raise CancelledError in the workflow at once
+    WAIT_CANCELLATION_COMPLETED = "WAIT_CANCELLATION_COMPLETED"  # ask, and wait until the activity has stopped
+    ABANDON = "ABANDON"  # do not tell the activity; raise CancelledError in the workflow at once
+
+
+class ParentClosePolicy(StrEnum):
+    TERMINATE = "TERMINATE"
+    ABANDON = "ABANDON"
+    REQUEST_CANCEL = "REQUEST_CANCEL"
+
+
+# -- decorators -------------------------------------------------------------------------------------------------
+
+@overload
+def defn(cls: type[T]) -> type[T]: ...
+@overload
+def defn(*, name: str | None = None) -> Callable[[type[T]], type[T]]: ...
+
+
+def defn(cls: type[T] | None = None, *, name: str | None = None) -> Any:
+    """Mark a class as a workflow; its name (the class name unless given) is the workflow type."""
+    def wrap(target: type[T]) -> type[T]:
+        setattr(target, defs.DEFN_ATTR, defs.build(target, name))
+        return target
+
+    return wrap(cls) if cls is not None else wrap
+
+
+def run(fn: F) -> F:
+    """The workflow's entry point: an async method whose arguments are the workflow's input."""
+    setattr(fn, defs.RUN_ATTR, True)
+    return fn
+
+
+@overload
+def signal(fn: F) -> F: ...
+@overload
+def signal(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def signal(fn: F | None = None, *, name: str | None = None) -> Any:
+    """A method called when the workflow receives the signal (the method name unless given)."""
+    def wrap(target: F) -> F:
+        setattr(target, defs.SIGNAL_ATTR, name or target.__name__)
+        return target
+
+    return wrap(fn) if fn is not None else wrap
+
+
+@overload
+def query(fn: F) -> F: ...
+@overload
+def query(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def query(fn: F | None = None, *, name: str | None = None) -> Any:
+    """A plain (non-async) method answering questions about the workflow's state; it must not change it."""
+    def wrap(target: F) -> F:
+        setattr(target, defs.QUERY_ATTR, name or target.__name__)
+        return target
+
+    return wrap(fn) if fn is not None else wrap
+
+
+# -- the running workflow ---------------------------------------------------------------------------------------
+
+def info() -> WorkflowInfo:
+    instance = runtime.current()
+    assert instance.info is not None
+    return instance.info
+
+
+def now() -> datetime:
+    """The workflow's time (UTC): when the current workflow task started, the same on every replay."""
+    return runtime.current().now
+
+
+def random() -> Any:
+    """A `random.Random` seeded from the run, so replays draw the same numbers."""
+    return runtime.current().random
+
+
+def uuid4() -> uuid.UUID:
+    return uuid.UUID(int=runtime.current().random.getrandbits(128), version=4)
+
+
+def in_workflow() -> bool:
+    return runtime.in_workflow()
+
+
+def history_length() -> int:
+    return runtime.current().history_length
+
+
+def continue_as_new_suggested() -> bool:
+    """True when history grew past the warning threshold: continue as new soon, carrying the state over."""
+    return runtime.current().suggest_continue_as_new
+
+
+class _ReplayAwareLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Logs once: not again while replaying history, with the workflow id and run id in each line."""
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not (runtime.in_workflow() and runtime.current().replaying) and self.logger.isEnabledFor(level)
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        if runtime.in_workflow():
+            i = runtime.current()
+            msg = f"{msg} [workflow {i.workflow_id} run {i.run_id}]"
+        return msg, kwargs
+
+
+logger = _ReplayAwareLogger(logging.getLogger("ostinato.workflow"), {})
+
+
+async def sleep(duration: timedelta | float) -> None:
+    """A durable timer: survives restarts, fires once, and takes no worker while it waits."""
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+    await asyncio.sleep(seconds)
+
+
+async def wait_condition(predicate: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:
+    """Wait until `predicate()` is true (checked whenever the workflow wakes). Raises `asyncio.TimeoutError` after
+    `timeout` (a durable timer)."""
+    future = runtime.current().condition(predicate)
+    if timeout is None:
+        await future
+        return
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    await asyncio.wait_for(future, seconds)
+
+
+def patched(patch_id: str) -> bool:
+    """True on runs that reach this point with the new code, False when replaying a history written before it:
+    `if workflow.patched("x"): new() else: old()` changes running workflows safely."""
+    return runtime.current().patched(patch_id)
+
+
+def deprecate_patch(patch_id: str) -> None:
+    """Once no history without the patch remains: keep only the new branch and call this instead of patched()."""
+    runtime.current().patched(patch_id, deprecated=True)
+
+
+def continue_as_new(*args: Any, workflow: type | str | None = None, task_queue: str | None = None,
+                    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+                    memo: dict[str, Any] | None = None) -> Any:
+    """End this run and start a fresh one of the same workflow id with `args` (history starts empty)."""
+    instance = runtime.current()
+    assert instance.info is not None
+    converter = instance.converter
+    workflow_type = workflow if isinstance(workflow, str) else (
+        defs.definition_of(workflow).name if workflow is not None else instance.defn.name)
+    raise ContinueAsNew({
+        "workflow_type": workflow_type, "task_queue": task_queue or instance.info.task_queue,
+        "input": converter.encode(args), "run_timeout_ms": to_ms(run_timeout), "task_timeout_ms": to_ms(task_timeout),
+        "backoff_start_interval_ms": 0, "retry_policy": None,
+        "memo": None if memo is None else {k: converter.encode([v])[0] for k, v in memo.items()},
+        "search_attributes": None, "header": {},
+    })
+
+
+def upsert_search_attributes(attributes: dict[str, Any]) -> None:
+    instance = runtime.current()
+    instance.command("UpsertWorkflowSearchAttributesCommand", {
+        "search_attributes": {k: instance.converter.encode([v])[0] for k, v in attributes.items()}})
+
+
+def upsert_memo(memo: dict[str, Any]) -> None:
+    instance = runtime.current()
+    instance.command("ModifyWorkflowPropertiesCommand", {
+        "upserted_memo": {k: instance.converter.encode([v])[0] for k, v in memo.items()}})
+
+
+# -- activities -------------------------------------------------------------------------------------------------
+
+def _activity_name(activity: Callable[..., Any] | str) -> tuple[str, Any]:
+    if isinstance(activity, str):
+        return activity, None
+    from ostinato.sdk.activity import definition_of
+
+    definition = definition_of(activity)
+    hints = defs._hints(definition.fn)
+    return definition.name, hints.get("return")
+
+
+def start_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args: Any,
+                   task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+                   schedule_to_start_timeout: timedelta | None = None,
+                   start_to_close_timeout: timedelta | None = None, heartbeat_timeout: timedelta | None = None,
+                   retry_policy: RetryPolicy | None = None, activity_id: str | None = None,
+                   cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+                   result_type: Any = None) -> asyncio.Task[T]:
+    """Schedule an activity; the returned task resolves to its result, raises `ActivityError` when it fails for
+    good, and cancelling it asks the activity to stop (see `cancellation_type`)."""
+    if schedule_to_close_timeout is None and start_to_close_timeout is None:
+        raise ValueError("an activity needs start_to_close_timeout or schedule_to_close_timeout")
+    instance = runtime.current()
+    name, hint = _activity_name(activity)
+    seq = instance.next_seq("activity")
+    body = {
+        "activity_id": activity_id or str(seq), "activity_type": name, "task_queue": task_queue or "",
+        "input": instance.converter.encode(args), "header": {},
+        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
+        "schedule_to_start_timeout_ms": to_ms(schedule_to_start_timeout),
+        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
+        "heartbeat_timeout_ms": to_ms(heartbeat_timeout),
+        "retry_policy": None if retry_policy is None else retry_policy.to_record(),
+    }
+    return instance.loop.create_task(_Activity(instance, body, result_type or hint, cancellation_type).run(),
+                                     name=f"activity {body['activity_id']}")
+
+
+async def execute_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args: Any,
+                           **options: Any) -> T:
+    """`start_activity` and wait for its result."""
+    return await start_activity(activity, *args, **options)
+
+
+class _Activity:
+    def __init__(self, instance: runtime.WorkflowInstance, body: Record, hint: Any,
+                 cancellation: ActivityCancellationType) -> None:
+        self.instance = instance
+        self.body = body
+        self.hint = hint
+        self.cancellation = cancellation
+        self.done: asyncio.Future[Any] = instance.loop.create_future()
+        self.scheduled_event_id = 0
+        self.pending = instance.command("ScheduleActivityTaskCommand", body, self._scheduled)
+
+    def _scheduled(self, event: Record) -> None:
+        self.scheduled_event_id = event["event_id"]
+        self.instance.on("activity", event["event_id"], self._resolved)
+
+    def _resolved(self, event: Record) -> None:
+        kind, attrs = event["event_type"], event["attributes"][1]
+        if self.done.done() or kind == "ACTIVITY_TASK_STARTED":
+            return
+        converter = self.instance.converter
+        if kind == "ACTIVITY_TASK_COMPLETED":
+            self.done.set_result(converter.decode_one(attrs["result"], self.hint))
+            return
+        if kind == "ACTIVITY_TASK_CANCELED":
+            cause: BaseException = exc.CancelledError("activity cancelled", *converter.decode(attrs["details"]))
+            retry_state = "CANCEL_REQUESTED"
+        else:
+            cause = converter.decode_failure(attrs["failure"])
+            retry_state = attrs.get("retry_state", "UNSPECIFIED")
+        error = exc.ActivityError(f"activity {self.body['activity_type']} failed", activity_id=self.body["activity_id"],
+                                  activity_type=self.body["activity_type"],
+                                  scheduled_event_id=self.scheduled_event_id, retry_state=retry_state, cause=cause)
+        self.done.set_exception(error)
+
+    async def run(self) -> Any:
+        try:
+            return await asyncio.shield(self.done)
+        except asyncio.CancelledError:
+            if not self.done.done():
+                self._request_cancel()
+                if self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED and not \
+                        self.done.done():
+                    with contextlib.suppress(exc.ActivityError):
+                        await self.done
+            raise
+
+    def _request_cancel(self) -> None:
+        if self.instance.withdraw(self.pending):  # never sent: it simply does not happen
+            self.done.cancel()
+            return
+        if self.cancellation != ActivityCancellationType.ABANDON and self.scheduled_event_id:
+            self.instance.command("RequestCancelActivityTaskCommand", {"scheduled_event_id": self.scheduled_event_id})
+
+
+# -- child workflows and other workflows ------------------------------------------------------------------------
+
+class ChildWorkflowHandle:
+    """A started child: await it for its result; `id` and `run_id` name it."""
+
+    def __init__(self, instance: runtime.WorkflowInstance, body: Record, hint: Any) -> None:
+        self.instance = instance
+        self.id = body["workflow_id"]
+        self.run_id = ""
+        self.hint = hint
+        self.started: asyncio.Future[None] = instance.loop.create_future()
+        self.result_future: asyncio.Future[Any] = instance.loop.create_future()
+        self.body = body
+        self.pending = instance.command("StartChildWorkflowExecutionCommand", body, self._initiated)
+
+    def _initiated(self, event: Record) -> None:
+        self.instance.on("child", event["event_id"], self._event)
+
+    def _event(self, event: Record) -> None:
+        kind, attrs = event["event_type"], event["attributes"][1]
+        converter = self.instance.converter
+        if kind == "CHILD_WORKFLOW_EXECUTION_STARTED":
+            self.run_id = attrs["workflow_execution"]["run_id"]
+            if not self.started.done():
+                self.started.set_result(None)
+            return
+        if kind == "START_CHILD_WORKFLOW_EXECUTION_FAILED":
+            error = exc.WorkflowAlreadyStartedError(self.id, self.body["workflow_type"])
+            for future in (self.started, self.result_future):
+                if not future.done():
+                    future.set_exception(error)
+            return
+        if self.result_future.done():
+            return
+        if kind == "CHILD_WORKFLOW_EXECUTION_COMPLETED":
+            self.result_future.set_result(converter.decode_one(attrs["result"], self.hint))
+            return
+        cause: BaseException
+        if kind == "CHILD_WORKFLOW_EXECUTION_FAILED":
+            cause = converter.decode_failure(attrs["failure"])
+        elif kind == "CHILD_WORKFLOW_EXECUTION_CANCELED":
+            cause = exc.CancelledError("child workflow cancelled")
+        elif kind == "CHILD_WORKFLOW_EXECUTION_TIMED_OUT":
+            cause = exc.TimeoutError("child workflow timed out", type="START_TO_CLOSE")
+        else:
+            cause = exc.TerminatedError("child workflow terminated")
+        self.result_future.set_exception(exc.ChildWorkflowError(
+            f"child workflow {self.id} did not complete", workflow_id=self.id, run_id=self.run_id,
+            workflow_type=self.body["workflow_type"], retry_state=attrs.get("retry_state", ""), cause=cause))
+
+    def __await__(self) -> Any:
+        return self.result_future.__await__()
+
+    async def signal(self, signal_name: str | Callable[..., Any], *args: Any) -> None:
+        await get_external_workflow_handle(self.id, self.run_id).signal(signal_name, *args)
+
+
+async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args: Any, id: str | None = None,
+                               task_queue: str | None = None, execution_timeout: timedelta | None = None,
+                               run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+                               parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+                               retry_policy: RetryPolicy | None = None, memo: dict[str, Any] | None = None,
+                               result_type: Any = None) -> ChildWorkflowHandle:
+    """Start a child workflow and return once it has started (raises WorkflowAlreadyStartedError if its id is
+    taken)."""
+    instance = runtime.current()
+    assert instance.info is not None
+    if isinstance(workflow, str):
+        name, hint = workflow, None
+    else:
+        definition = defs.definition_of(workflow)
+        name, hint = definition.name, definition.result_hint()
+    seq = instance.next_seq("child")
+    converter = instance.converter
+    body = {
+        "namespace": instance.namespace, "workflow_id": id or f"{instance.workflow_id}/child-{seq}",
+        "workflow_type": name, "task_queue": task_queue or instance.info.task_queue, "input": converter.encode(args),
+        "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
+        "task_timeout_ms": to_ms(task_timeout), "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
+        "id_reuse_policy": "UNSPECIFIED", "retry_policy": None if retry_policy is None else retry_policy.to_record(),
+        "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()}, "search_attributes": {},
+        "header": {},
+    }
+    handle = ChildWorkflowHandle(instance, body, result_type or hint)
+    await handle.started
+    return handle
+
+
+async def execute_child_workflow(workflow: type | Callable[..., Any] | str, *args: Any, **options: Any) -> Any:
+    """Start a child workflow and wait for its result (raises ChildWorkflowError if it does not complete)."""
+    handle = await start_child_workflow(workflow, *args, **options)
+    return await handle
+
+
+class ExternalWorkflowHandle:
+    """Another workflow, by id: signal it or ask it to cancel."""
+
+    def __init__(self, workflow_id: str, run_id: str = "", namespace: str | None = None) -> None:
+        self.id = workflow_id
+        self.run_id = run_id
+        self.namespace = namespace
+
+    async def signal(self, signal_name: str | Callable[..., Any], *args: Any) -> None:
+        instance = runtime.current()
+        name = signal_name if isinstance(signal_name, str) else getattr(signal_name, defs.SIGNAL_ATTR)
+        await self._external(instance, "SignalExternalWorkflowExecutionCommand", {
+            "namespace": self.namespace or instance.namespace,
+            "execution": {"workflow_id": self.id, "run_id": self.run_id}, "signal_name": name,
+            "input": instance.converter.encode(args), "child_workflow_only": False, "header": {}})
+
+    async def cancel(self) -> None:
+        instance = runtime.current()
+        await self._external(instance, "RequestCancelExternalWorkflowExecutionCommand", {
+            "namespace": self.namespace or instance.namespace,
+            "execution": {"workflow_id": self.id, "run_id": self.run_id}, "child_workflow_only": False,
+            "reason": ""})
+
+    async def _external(self, instance: runtime.WorkflowInstance, name: str, body: Record) -> None:
+        done: asyncio.Future[None] = instance.loop.create_future()
+
+        def resolved(event: Record) -> None:
+            if done.done():
+                return
+            if event["event_type"].endswith("_FAILED"):
+                done.set_exception(exc.ApplicationError(
+                    f"{name.removesuffix('Command')} to {self.id} failed: {event['attributes'][1]['cause']}",
+                    type="ExternalWorkflowExecutionNotFound", non_retryable=True))
+            else:
+                done.set_result(None)
+
+        instance.command(name, body, lambda event: instance.on("external", event["event_id"], resolved))
+        await done
+
+
+def get_external_workflow_handle(workflow_id: str, run_id: str = "", *,
+                                 namespace: str | None = None) -> ExternalWorkflowHandle:
+    return ExternalWorkflowHandle(workflow_id, run_id, namespace)
+
