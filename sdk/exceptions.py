@@ -6,6 +6,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+__all__ = [
+    "ActivityError", "ApplicationError", "CancelledError", "ChildWorkflowError", "FailureError",
+    "NondeterminismError", "OstinatoError", "QueryRejectedError", "RPCError", "RestrictedWorkflowAccessError",
+    "ServerError", "TerminatedError", "TimeoutError", "WorkflowAlreadyStartedError", "WorkflowFailureError",
+]
+
 
 class OstinatoError(Exception):
     """Base of every error the SDK raises on purpose."""

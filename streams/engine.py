@@ -408,6 +408,11 @@ class InMemoryEngine:
         self._perform(None, Reply(task["request_id"], task["reply_partition"], task["namespace"],
                                   task["workflow_id"], ("ostinato.reply.QueryResult", body)))
 
+    def respond(self, task: Record, name: str, body: Record, identity: str = "worker") -> Record | None:
+        """Answer a task with any command (`name` with or without its `ostinato.command.` namespace), as an SDK
+        worker does; returns the reply."""
+        return self._answer(task, name.removeprefix(COMMAND_PREFIX), body, identity)
+
     def _answer(self, task: Record, name: str, body: Record, identity: str) -> Record | None:
         return self._send(task["namespace"], task["workflow_id"], name, body, run_id=task["run_id"],
                           identity=identity)

@@ -1,0 +1,196 @@
+"""The client (`from ostinato.client import Client`): start workflows, signal, query, cancel, terminate, describe
+and wait for results. It talks to a `WorkflowService`: the HTTP API of a server, or the in-memory engine of
+`WorkflowEnvironment`, so tests and production code use the same calls."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+from ostinato.sdk import _definitions as defs
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk.common import RetryPolicy, to_ms
+from ostinato.sdk.data import DEFAULT, DataConverter
+
+__all__ = ["Client", "WorkflowExecutionDescription", "WorkflowHandle", "WorkflowService"]
+
+Record = dict[str, Any]
+Body = tuple[str, Record]
+C = "ostinato.command."
+
+
+class WorkflowService(Protocol):
+    """What a client needs from the engine. Replies are `ostinato.reply.Reply` bodies: (type name, record)."""
+
+    async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
+                   identity: str) -> Body: ...
+
+    async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
+                    timeout: timedelta) -> Body: ...
+
+    async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None: ...
+
+    async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]: ...
+
+    async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
+        """The closing event of the run (waits for it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class WorkflowExecutionDescription:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    status: str
+    history_length: int
+    raw: Record
+
+
+class Client:
+    def __init__(self, service: WorkflowService, *, namespace: str = "default",
+                 data_converter: DataConverter = DEFAULT, identity: str = "") -> None:
+        self.service = service
+        self.namespace = namespace
+        self.data_converter = data_converter
+        self.identity = identity or f"client-{uuid.uuid4().hex[:8]}"
+
+    @classmethod
+    async def connect(cls, target: str, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
+                      identity: str = "") -> Client:
+        """A client of the server at `target` (e.g. "http://127.0.0.1:7243")."""
+        from ostinato.sdk._http import HttpService
+
+        service = await HttpService.connect(target)
+        return cls(service, namespace=namespace, data_converter=data_converter, identity=identity)
+
+    async def start_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, id: str, task_queue: str,
+                             execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+                             task_timeout: timedelta | None = None, id_reuse_policy: str = "UNSPECIFIED",
+                             id_conflict_policy: str = "UNSPECIFIED", retry_policy: RetryPolicy | None = None,
+                             memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
+                             request_id: str | None = None, result_type: Any = None) -> WorkflowHandle:
+        """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies)."""
+        name, hint = _workflow_name(workflow)
+        converter = self.data_converter
+        body = {
+            "workflow_type": name, "task_queue": task_queue, "input": converter.encode(args),
+            "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
+            "task_timeout_ms": to_ms(task_timeout) or 0, "id_reuse_policy": id_reuse_policy,
+            "id_conflict_policy": id_conflict_policy,
+            "retry_policy": None if retry_policy is None else retry_policy.to_record(),
+            "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
+            "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
+            "header": {}, "parent": None,
+        }
+        reply = await self.service.send(self.namespace, id, "", (C + "StartWorkflowExecution", body),
+                                        request_id or uuid.uuid4().hex, self.identity)
+        name_, record = reply
+        if name_.endswith("Rejected"):
+            if record["code"] == "ALREADY_STARTED":
+                raise exc.WorkflowAlreadyStartedError(id, body["workflow_type"], record["existing_run_id"])
+            raise exc.RPCError(record["message"], code=record["code"])
+        return WorkflowHandle(self, id, run_id=record["run_id"], first_execution_run_id=record["run_id"],
+                              result_type=result_type or hint)
+
+    async def execute_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, **options: Any) -> Any:
+        """Start a workflow and wait for its result."""
+        handle = await self.start_workflow(workflow, *args, **options)
+        return await handle.result()
+
+    def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
+        return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
+
+
+class WorkflowHandle:
+    """One workflow execution (its current run unless `run_id` pins one)."""
+
+    def __init__(self, client: Client, workflow_id: str, *, run_id: str = "", first_execution_run_id: str = "",
+                 result_type: Any = None) -> None:
+        self.client = client
+        self.id = workflow_id
+        self.run_id = run_id
+        self.first_execution_run_id = first_execution_run_id
+        self.result_type = result_type
+
+    async def result(self, *, follow_runs: bool = True) -> Any:
+        """Wait for the workflow to close; its result, or WorkflowFailureError with the cause."""
+        converter = self.client.data_converter
+        run_id = self.run_id
+        while True:
+            event = await self.client.service.wait_closed(self.client.namespace, self.id, run_id)
+            kind, attrs = event["event_type"], event["attributes"][1]
+            if kind == "WORKFLOW_EXECUTION_COMPLETED":
+                return converter.decode_one(attrs["result"], self.result_type)
+            if kind == "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" and follow_runs:
+                run_id = attrs["new_execution_run_id"]
+                continue
+            status = kind.removeprefix("WORKFLOW_EXECUTION_")
+            cause: BaseException | None
+            if kind == "WORKFLOW_EXECUTION_FAILED":
+                cause = converter.decode_failure(attrs["failure"])
+            elif kind == "WORKFLOW_EXECUTION_CANCELED":
+                cause = exc.CancelledError("workflow cancelled", *converter.decode(attrs["details"]))
+            elif kind == "WORKFLOW_EXECUTION_TERMINATED":
+                cause = exc.TerminatedError(attrs.get("reason") or "workflow terminated")
+            elif kind == "WORKFLOW_EXECUTION_TIMED_OUT":
+                cause = exc.TimeoutError("workflow timed out", type="START_TO_CLOSE")
+            else:
+                cause = None
+            raise exc.WorkflowFailureError(f"workflow {self.id} {status.lower()}", cause=cause, status=status)
+
+    async def signal(self, signal: str | Callable[..., Any], *args: Any) -> None:
+        name = signal if isinstance(signal, str) else getattr(signal, defs.SIGNAL_ATTR, signal.__name__)
+        await self._send("SignalWorkflowExecution", {
+            "signal_name": name, "input": self.client.data_converter.encode(args), "header": {}, "external": None})
+
+    async def query(self, query: str | Callable[..., Any], *args: Any, result_type: Any = None,
+                    timeout: timedelta = timedelta(seconds=10)) -> Any:
+        name = query if isinstance(query, str) else getattr(query, defs.QUERY_ATTR, query.__name__)
+        if result_type is None and not isinstance(query, str):
+            result_type = defs._hints(query).get("return")
+        converter = self.client.data_converter
+        reply_type, record = await self.client.service.query(
+            self.client.namespace, self.id, self.run_id, name, converter.encode(args), timeout)
+        if reply_type.endswith("Rejected"):
+            raise exc.QueryRejectedError(record["message"])
+        if record.get("failure"):
+            raise exc.QueryRejectedError(converter.decode_failure(record["failure"]).message)
+        return converter.decode_one(record["result"], result_type)
+
+    async def cancel(self, reason: str = "") -> None:
+        await self._send("RequestCancelWorkflowExecution", {"reason": reason, "external": None,
+                                                            "first_execution_run_id": ""})
+
+    async def terminate(self, reason: str = "") -> None:
+        await self._send("TerminateWorkflowExecution", {"reason": reason, "details": [],
+                                                        "first_execution_run_id": ""})
+
+    async def describe(self) -> WorkflowExecutionDescription:
+        state = await self.client.service.describe(self.client.namespace, self.id, self.run_id)
+        if state is None:
+            raise exc.RPCError(f"no workflow {self.id!r}", status=404, code="not_found")
+        return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
+                                            state["task_queue"], state["status"], state["next_event_id"] - 1, state)
+
+    async def fetch_history(self) -> list[Record]:
+        return await self.client.service.history(self.client.namespace, self.id, self.run_id)
+
+    async def _send(self, name: str, body: Record) -> None:
+        reply_type, record = await self.client.service.send(self.client.namespace, self.id, self.run_id,
+                                                            (C + name, body), uuid.uuid4().hex,
+                                                            self.client.identity)
+        if reply_type.endswith("Rejected"):
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+
+
+def _workflow_name(workflow: type | Callable[..., Any] | str) -> tuple[str, Any]:
+    if isinstance(workflow, str):
+        return workflow, None
+    definition = defs.definition_of(workflow)
+    return definition.name, definition.result_hint()

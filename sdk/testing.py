@@ -1,0 +1,179 @@
+"""`WorkflowEnvironment`: workflows and activities in-process on the core's in-memory engine, no Kafka, with
+virtual time that jumps ahead whenever nothing is left to do but wait (a 14-day timer takes milliseconds).
+
+    async with await WorkflowEnvironment.start_time_skipping() as env:
+        async with Worker(env.client, task_queue="q", workflows=[Order], activities=[charge]):
+            result = await env.client.execute_workflow(Order.run, order, id="o-1", task_queue="q")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk.client import Body, Client
+from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.streams.clock import FakeClock
+from ostinato.streams.engine import InMemoryEngine
+
+if TYPE_CHECKING:
+    from ostinato.sdk.worker import Worker
+
+__all__ = ["EngineService", "WorkflowEnvironment"]
+
+Record = dict[str, Any]
+IDLE_S = 0.001
+CLOSING = ("WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
+           "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT", "WORKFLOW_EXECUTION_CONTINUED_AS_NEW")
+
+
+class EngineService:
+    """The client's and the worker's view of an in-memory engine. `busy` counts tasks a worker holds: time only
+    skips when it is zero and nothing is queued."""
+
+    def __init__(self, engine: InMemoryEngine, *, time_skipping: bool = True) -> None:
+        self.engine = engine
+        self.time_skipping = time_skipping
+        self.busy = 0
+
+    async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
+                   identity: str) -> Body:
+        self.engine.submit({"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
+                            "request_id": request_id, "identity": identity, "time_ms": self.engine.clock.now_ms,
+                            "reply_partition": 0, "body": body})
+        self.engine.run_until_idle()
+        reply = self.engine.reply(request_id)
+        if reply is None:
+            raise exc.RPCError(f"no answer to {body[0]}")
+        result: Body = reply["body"]
+        return result
+
+    async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
+                    timeout: timedelta) -> Body:
+        request_id = self.engine.query(namespace, workflow_id, query_type, args, run_id=run_id,
+                                       timeout_ms=int(timeout.total_seconds() * 1000))
+        deadline = time.monotonic() + timeout.total_seconds()
+        while time.monotonic() < deadline:
+            reply = self.engine.reply(request_id)
+            if reply is not None:
+                answer: Body = reply["body"]
+                return answer
+            await asyncio.sleep(IDLE_S)
+        raise exc.RPCError(f"query {query_type!r} of {workflow_id} got no answer in {timeout}: is a worker running?")
+
+    async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None:
+        return self.engine.describe(namespace, workflow_id, run_id)
+
+    async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]:
+        return self.engine.history(namespace, workflow_id, run_id)
+
+    async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
+        run_id = run_id or self.engine.current_run_id(namespace, workflow_id)
+        if not run_id:
+            raise exc.RPCError(f"no workflow {workflow_id!r}", status=404, code="not_found")
+        while True:
+            self.engine.run_until_idle()
+            history = self.engine.history(namespace, workflow_id, run_id)
+            if history and history[-1]["event_type"] in CLOSING:
+                return history[-1]
+            if self.time_skipping and self.busy == 0 and not self.engine.has_queued_tasks():
+                self.engine.skip_time_until_idle()
+            await asyncio.sleep(IDLE_S)
+
+    async def run_worker(self, worker: Worker, stopping: asyncio.Event) -> None:
+        """Poll the engine's task queues for `worker` until `stopping` is set and its activities are done."""
+        engine, queue = self.engine, worker.task_queue
+        running: set[asyncio.Task[None]] = set()
+        while not stopping.is_set():
+            progressed = False
+            if worker.workflow_handler is not None and (task := engine.poll_workflow_task(queue)) is not None:
+                progressed = True
+                self._workflow_task(worker, *task)
+            if worker.activity_executor is not None and (activity := engine.poll_activity_task(queue)) is not None:
+                progressed = True
+                reply = engine.start_activity(activity, identity=worker.identity)
+                if reply is not None and reply["body"][0].endswith("Accepted"):
+                    self.busy += 1
+                    job = asyncio.ensure_future(self._activity(worker, activity))
+                    running.add(job)
+                    job.add_done_callback(running.discard)
+            if not progressed:
+                await asyncio.sleep(IDLE_S)
+        for job in running:
+            job.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    def _workflow_task(self, worker: Worker, name: str, task: Record) -> None:
+        assert worker.workflow_handler is not None
+        engine = self.engine
+
+        def history() -> list[Record]:
+            return engine.history(task["namespace"], task["workflow_id"], task["run_id"])
+
+        if name.endswith("QueryTask"):
+            result, failure = worker.workflow_handler.query(task, history)
+            engine.answer_query(task, result, failure)
+            return
+        command, body = worker.workflow_handler.handle(task, history)
+        engine.respond(task, command, body, worker.identity)
+
+    async def _activity(self, worker: Worker, task: Record) -> None:
+        assert worker.activity_executor is not None
+        engine = self.engine
+
+        async def heartbeat(task: Record, details: list[Record]) -> bool:
+            reply = engine.heartbeat(task, details, identity=worker.identity)
+            if reply is None or not reply["body"][0].endswith("Accepted"):
+                return True  # the attempt is over (timed out, completed elsewhere): stop it
+            return bool(reply["body"][1]["cancel_requested"])
+
+        try:
+            name, body = await worker.activity_executor.execute(task, heartbeat)
+            engine.respond(task, name, body, worker.identity)
+        finally:
+            self.busy -= 1
+
+
+class WorkflowEnvironment:
+    """An in-process engine and a client for it; use `async with` (shutdown is idempotent)."""
+
+    def __init__(self, engine: InMemoryEngine, service: EngineService, client: Client) -> None:
+        self.engine = engine
+        self.service = service
+        self.client = client
+
+    @classmethod
+    async def start_time_skipping(cls, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
+                                  shards: int = 1, start_time: datetime | None = None) -> WorkflowEnvironment:
+        clock = FakeClock() if start_time is None else FakeClock(int(start_time.timestamp() * 1000))
+        engine = InMemoryEngine(shards=shards, clock=clock)
+        service = EngineService(engine)
+        return cls(engine, service, Client(service, namespace=namespace, data_converter=data_converter))
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.engine.clock.now_ms / 1000, UTC)
+
+    async def sleep(self, duration: timedelta | float) -> None:
+        """Let virtual time pass, firing every timer due in between."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+        target = self.engine.clock.now_ms + int(seconds * 1000)
+        while self.engine.clock.now_ms < target:
+            self.engine.run_until_idle()
+            if self.service.busy or self.engine.has_queued_tasks():
+                await asyncio.sleep(IDLE_S)  # let workers answer what is due before time moves on
+                continue
+            now, due = self.engine.clock.now_ms, self.engine.next_deadline_ms
+            self.engine.advance(min(target, due) - now if due is not None and due > now else target - now)
+        await asyncio.sleep(IDLE_S)
+
+    async def shutdown(self) -> None:
+        pass
+
+    async def __aenter__(self) -> WorkflowEnvironment:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()

@@ -1,0 +1,76 @@
+"""The worker (`from ostinato.worker import Worker`): runs a task queue's workflows and activities.
+
+It is transport-agnostic: the client's service polls the tasks (Kafka task topics for a server, the in-memory
+engine in `WorkflowEnvironment`) and hands them to the workflow task handler and the activity executor here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ostinato.sdk._workflow_worker import WorkflowTaskHandler
+from ostinato.sdk.activity_executor import ActivityExecutor
+from ostinato.sdk.client import Client
+from ostinato.sdk.replayer import Replayer
+
+__all__ = ["Replayer", "Worker"]
+log = logging.getLogger("ostinato.worker")
+
+
+class Worker:
+    """Runs `workflows` and `activities` of `task_queue` until shut down.
+
+    Args:
+        client: a connected client (its service decides where tasks come from).
+        task_queue: the queue to serve.
+        workflows: `@workflow.defn` classes.
+        activities: `@activity.defn` functions.
+        max_cached_workflows: running workflows kept in memory between tasks (others replay from history).
+        max_concurrent_activities: activities run at once (the rest wait in the topic).
+        identity: how this worker appears in history (default host@pid).
+    """
+
+    def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
+                 activities: Sequence[Callable[..., Any]] = (), max_cached_workflows: int = 1000,
+                 max_concurrent_activities: int = 100, identity: str = "") -> None:
+        if not workflows and not activities:
+            raise ValueError("a worker needs at least one workflow or activity")
+        self.client = client
+        self.task_queue = task_queue
+        self.identity = identity or f"{socket.gethostname()}@{os.getpid()}"
+        self.max_concurrent_activities = max_concurrent_activities
+        self.workflow_handler = WorkflowTaskHandler(workflows, client.data_converter, max_cached=max_cached_workflows,
+                                                    identity=self.identity) if workflows else None
+        self.activity_executor = ActivityExecutor(activities, client.data_converter, identity=self.identity) \
+            if activities else None
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Serve until `shutdown()` (or cancellation)."""
+        run_worker = getattr(self.client.service, "run_worker", None)
+        if run_worker is None:
+            raise TypeError(f"{type(self.client.service).__name__} cannot run workers")
+        try:
+            await run_worker(self, self._stopping)
+        finally:
+            if self.activity_executor is not None:
+                await self.activity_executor.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop taking tasks, let running activities finish, and return when the worker has stopped."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+
+    async def __aenter__(self) -> Worker:
+        self._task = asyncio.ensure_future(self.run())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
