@@ -236,6 +236,9 @@ class WorkflowInstance:
         self.last_started_event_id = started["event_id"]
         self._new = []
         self._task_failure = None
+        from ostinato.sdk import _guards
+
+        _guards.install()
         _local.instance = self
         try:
             for job in jobs:
