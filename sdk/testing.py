@@ -87,24 +87,28 @@ class EngineService:
         """Poll the engine's task queues for `worker` until `stopping` is set and its activities are done."""
         engine, queue = self.engine, worker.task_queue
         running: set[asyncio.Task[None]] = set()
-        while not stopping.is_set():
-            progressed = False
-            if worker.workflow_handler is not None and (task := engine.poll_workflow_task(queue)) is not None:
-                progressed = True
-                self._workflow_task(worker, *task)
-            if worker.activity_executor is not None and (activity := engine.poll_activity_task(queue)) is not None:
-                progressed = True
-                reply = engine.start_activity(activity, identity=worker.identity)
-                if reply is not None and reply["body"][0].endswith("Accepted"):
-                    self.busy += 1
-                    job = asyncio.ensure_future(self._activity(worker, activity))
-                    running.add(job)
-                    job.add_done_callback(running.discard)
-            if not progressed:
-                await asyncio.sleep(IDLE_S)
-        for job in running:
-            job.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        try:
+            while not stopping.is_set():
+                progressed = False
+                if worker.workflow_handler is not None and (task := engine.poll_workflow_task(queue)) is not None:
+                    progressed = True
+                    self._workflow_task(worker, *task)
+                if worker.activity_executor is not None and (activity := engine.poll_activity_task(queue)) is not None:
+                    progressed = True
+                    reply = engine.start_activity(activity, identity=worker.identity)
+                    if reply is not None and reply["body"][0].endswith("Accepted"):
+                        self.busy += 1
+                        job = asyncio.ensure_future(self._activity(worker, activity))
+                        running.add(job)
+                        job.add_done_callback(running.discard)
+                if not progressed:
+                    await asyncio.sleep(IDLE_S)
+        finally:
+            # Stop the running activities as a worker shutdown does: each answers a retryable WorkerShutdown failure,
+            # so the engine retries it on another worker now rather than after its start-to-close timeout.
+            if worker.activity_executor is not None:
+                worker.activity_executor.cancel_all()
+            await asyncio.gather(*running, return_exceptions=True)
 
     def _workflow_task(self, worker: Worker, name: str, task: Record) -> None:
         assert worker.workflow_handler is not None

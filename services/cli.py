@@ -154,6 +154,27 @@ def server(
           advertise=advertise)
 
 
+@app.command("worker")
+def worker(
+    target: Annotated[str, typer.Argument(help="module:attr naming Worker options or a factory (see docs).")],
+    server: Annotated[str, typer.Option("--server", envvar="OSTINATO_SERVER",
+                                        help="The Ostinato API.")] = f"http://{DEFAULT_HOST}:{DEFAULT_API_PORT}",
+    namespace: Annotated[str, typer.Option("--namespace", "-n", envvar="OSTINATO_NAMESPACE")] = "default",
+) -> None:
+    """Run a worker (workflows and activities of one task queue) until Ctrl-C; running activities finish first."""
+    import asyncio
+
+    from ostinato.sdk.exceptions import RPCError
+    from ostinato.sdk.run import WorkerTargetError, run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run(target, server, namespace))
+    except (WorkerTargetError, RPCError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
 HomeOpt = Annotated[Path | None, typer.Option("--home", help="Dev state directory (default ~/.ostinato/dev).")]
 
 

@@ -1,0 +1,286 @@
+"""The worker's Kafka side: consume a task queue's topics, answer on the commands topic (DESIGN.md §5).
+
+- Workflow tasks: the handler decides; the completion is produced to the workflow's shard of the commands topic;
+  the task's offset is committed once Kafka acknowledged the completion.
+- Activity tasks: `RecordActivityTaskStarted` is sent and its reply awaited before the offset is committed, so a
+  task is never lost between Kafka and a worker; from then on the engine's timeouts and retries protect it.
+  Heartbeats wait for their reply too: it says whether the workflow asked the activity to stop.
+- Query tasks are answered directly on the replies topic, where the asking frontend waits.
+- Backpressure: the activity partitions are paused while `max_concurrent_activities` run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ostinato.schemas import codec, partition_for
+from ostinato.schemas.keys import workflow_key
+from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, task_topic_spec, topic_name
+
+if TYPE_CHECKING:
+    from ostinato.sdk.worker import Worker
+
+Record = dict[str, Any]
+C = "ostinato.command."
+REPLY_TIMEOUT_S = 30.0
+POLL_S = 0.05
+log = logging.getLogger("ostinato.worker")
+
+
+class Replies:
+    """Reads one partition of the replies topic from its end and hands each reply to whoever waits for its
+    request id (other readers of the partition simply ignore ours)."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.partition = partition
+        self._loop = loop
+        self._waiting: dict[str, asyncio.Future[Record]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ostinato-replies-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "fetch.wait.max.ms": 10})
+        self._consumer.assign([TopicPartition(topic, partition, -1)])  # OFFSET_END: only replies to come
+        self._thread = threading.Thread(target=self._run, name="ostinato-replies", daemon=True)
+        self._thread.start()
+
+    def expect(self, request_id: str) -> asyncio.Future[Record]:
+        future: asyncio.Future[Record] = self._loop.create_future()
+        with self._lock:
+            self._waiting[request_id] = future
+        return future
+
+    def forget(self, request_id: str) -> None:
+        with self._lock:
+            self._waiting.pop(request_id, None)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(0.1)
+            if msg is None or msg.error() is not None or msg.value() is None:
+                continue
+            request_id = (msg.key() or b"").decode(errors="replace")
+            with self._lock:
+                future = self._waiting.pop(request_id, None)
+            if future is None:
+                continue
+            try:
+                _, reply = codec.decode(msg.value() or b"")
+            except codec.DecodeError as exc:
+                log.warning("unreadable reply for %s: %s", request_id, exc)
+                continue
+            self._loop.call_soon_threadsafe(_resolve, future, reply)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+def _resolve(future: asyncio.Future[Record], reply: Record) -> None:
+    if not future.done():
+        future.set_result(reply)
+
+
+class KafkaWorkerLoop:
+    def __init__(self, worker: Worker, cluster: Record, fetch_history: Callable[[Record], Awaitable[list[Record]]]):
+        self.worker = worker
+        self.bootstrap = cluster["kafka_bootstrap"]
+        self.prefix = cluster["topic_prefix"]
+        self.shards = cluster["shards"]
+        self.reply_partitions = cluster["reply_partitions"]
+        self.fetch_history = fetch_history
+        queue = worker.task_queue
+        self.workflow_topic = task_topic_name(self.prefix, queue, TaskKind.WORKFLOW)
+        self.activity_topic = task_topic_name(self.prefix, queue, TaskKind.ACTIVITY)
+        self.commands_topic = topic_name(self.prefix, Topic.COMMANDS)
+        self.replies_topic = topic_name(self.prefix, Topic.REPLIES)
+        self.running: set[asyncio.Task[None]] = set()
+        self.paused = False
+
+    # -- set-up ---------------------------------------------------------------------------------------------------
+
+    def _ensure_topics(self, replication_factor: int) -> None:
+        """Task topics are created on first use, by the processor or by the first worker, whichever comes first."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        specs = [task_topic_spec(self.prefix, self.worker.task_queue, kind, replication_factor) for kind in TaskKind]
+        present = admin.list_topics(timeout=30).topics
+        missing = [NewTopic(s.name, s.partitions, replication_factor, config=s.configs) for s in specs
+                   if s.name not in present]
+        if missing:
+            for future in admin.create_topics(missing, request_timeout=30).values():
+                try:
+                    future.result(30)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+
+    async def run(self, stopping: asyncio.Event, replication_factor: int) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._ensure_topics, replication_factor)
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 2, "message.max.bytes": MAX_RECORD_BYTES})
+        self.replies = Replies(self.bootstrap, self.replies_topic, random.randrange(self.reply_partitions), loop)
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
+            "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": 20,
+            "fetch.max.bytes": MAX_RECORD_BYTES * 2})
+        topics = ([self.workflow_topic] if self.worker.workflow_handler is not None else []) + \
+                 ([self.activity_topic] if self.worker.activity_executor is not None else [])
+        consumer.subscribe(topics)
+        self.consumer = consumer
+        log.info("worker %s serving %s", self.worker.identity, ", ".join(topics))
+        try:
+            while not stopping.is_set():
+                messages = await loop.run_in_executor(None, consumer.consume, 100, POLL_S)
+                for msg in messages:
+                    await self._dispatch(msg)
+                self._backpressure()
+            await self._drain()
+        finally:
+            await loop.run_in_executor(None, self.producer.flush, 10)
+            consumer.close()
+            self.replies.close()
+
+    # -- tasks ----------------------------------------------------------------------------------------------------
+
+    async def _dispatch(self, msg: Message) -> None:
+        if msg.error() is not None:
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                log.warning("consuming %s: %s", msg.topic(), msg.error().str())
+            return
+        try:
+            name, task = codec.decode(msg.value() or b"")
+        except codec.DecodeError as exc:
+            log.error("skipping an unreadable task at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+            self._commit(msg)
+            return
+        if name.endswith("WorkflowTask"):
+            await self._workflow_task(task)
+            await self._produced_then_commit(msg)
+        elif name.endswith("QueryTask"):
+            await self._query(task)
+            self._commit(msg)
+        elif name.endswith("ActivityTask"):
+            await self._activity_task(msg, task)
+        else:
+            log.error("skipping a %s on %s", name, msg.topic())
+            self._commit(msg)
+
+    async def _workflow_task(self, task: Record) -> None:
+        handler = self.worker.workflow_handler
+        assert handler is not None
+        history: list[Record] = []
+        cached = handler.cache.get(task["run_id"])
+        sticky = cached is not None and cached.last_started_event_id == task["previous_started_event_id"]
+        if not sticky and task["previous_started_event_id"] > 0:  # a cache miss replays the full history
+            history = await self.fetch_history(task)
+        command, body = handler.handle(task, lambda: history)
+        self._send(task, command, body)
+
+    async def _query(self, task: Record) -> None:
+        handler = self.worker.workflow_handler
+        assert handler is not None
+        history = [] if task["run_id"] in handler.cache else await self.fetch_history(task)
+        result, failure = handler.query(task, lambda: history)
+        reply = {"request_id": task["request_id"], "namespace": task["namespace"], "workflow_id": task["workflow_id"],
+                 "body": ("ostinato.reply.QueryResult", {"result": result, "failure": failure})}
+        self.producer.produce(self.replies_topic, codec.encode("ostinato.reply.Reply", reply),
+                              task["request_id"].encode(), partition=task["reply_partition"])
+        self.producer.poll(0)
+
+    async def _activity_task(self, msg: Message, task: Record) -> None:
+        started = await self.request(task, "RecordActivityTaskStarted",
+                                     {"scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
+        self._commit(msg)  # the engine knows the attempt started: from here its timeouts protect it
+        if started is None or not started["body"][0].endswith("Accepted"):
+            return  # stale (timed out, cancelled, or already started elsewhere)
+        job = asyncio.ensure_future(self._run_activity(task))
+        self.running.add(job)
+        job.add_done_callback(self.running.discard)
+
+    async def _run_activity(self, task: Record) -> None:
+        executor = self.worker.activity_executor
+        assert executor is not None
+
+        async def heartbeat(task: Record, details: list[Record]) -> bool:
+            reply = await self.request(task, "RecordActivityTaskHeartbeat", {
+                "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "details": details})
+            if reply is None:
+                return False  # no answer in time: keep going, the next heartbeat asks again
+            return not reply["body"][0].endswith("Accepted") or bool(reply["body"][1]["cancel_requested"])
+
+        name, body = await executor.execute(task, heartbeat)
+        self._send(task, name, body)
+
+    # -- talking to the engine ------------------------------------------------------------------------------------
+
+    def _envelope(self, task: Record, name: str, body: Record, reply_partition: int | None,
+                  request_id: str) -> Record:
+        return {"namespace": task["namespace"], "workflow_id": task["workflow_id"], "run_id": task["run_id"],
+                "request_id": request_id, "identity": self.worker.identity, "time_ms": time.time_ns() // 1_000_000,
+                "reply_partition": reply_partition, "body": (name if "." in name else C + name, body)}
+
+    def _send(self, task: Record, name: str, body: Record, reply_partition: int | None = None,
+              request_id: str | None = None) -> None:
+        command = self._envelope(task, name, body, reply_partition, request_id or uuid.uuid4().hex)
+        key = workflow_key(task["namespace"], task["workflow_id"])
+        while True:
+            try:
+                self.producer.produce(self.commands_topic, codec.encode("ostinato.command.Command", command),
+                                      key.encode(), partition=partition_for(key, self.shards))
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    async def request(self, task: Record, name: str, body: Record) -> Record | None:
+        """Send a command and wait for the engine's reply (None if none comes in time)."""
+        request_id = uuid.uuid4().hex
+        future = self.replies.expect(request_id)
+        self._send(task, name, body, self.replies.partition, request_id)
+        try:
+            return await asyncio.wait_for(future, REPLY_TIMEOUT_S)
+        except TimeoutError:
+            self.replies.forget(request_id)
+            log.warning("no reply to %s for %s/%s in %.0fs", name, task["workflow_id"], task["run_id"],
+                        REPLY_TIMEOUT_S)
+            return None
+
+    async def _produced_then_commit(self, msg: Message) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.producer.flush, 30)
+        self._commit(msg)
+
+    def _commit(self, msg: Message) -> None:
+        try:
+            self.consumer.commit(message=msg, asynchronous=True)
+        except KafkaException as exc:
+            log.warning("commit of %s[%d]@%d failed: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+
+    def _backpressure(self) -> None:
+        full = len(self.running) >= self.worker.max_concurrent_activities
+        if full == self.paused:
+            return
+        parts = [tp for tp in self.consumer.assignment() if tp.topic == self.activity_topic]
+        if full:
+            self.consumer.pause(parts)
+        else:
+            self.consumer.resume(parts)
+        self.paused = full
+
+    async def _drain(self) -> None:
+        if self.running:
+            log.info("worker %s: waiting for %d running activities", self.worker.identity, len(self.running))
+            await asyncio.gather(*self.running, return_exceptions=True)
