@@ -47,10 +47,14 @@ class Replies:
         self._waiting: dict[str, asyncio.Future[Record]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ostinato-replies-{uuid.uuid4().hex}",
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "logger": log,
+                                   "group.id": f"ostinato-replies-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, "isolation.level": "read_committed",
                                    "fetch.wait.max.ms": 10})
-        self._consumer.assign([TopicPartition(topic, partition, -1)])  # OFFSET_END: only replies to come
+        # From the end as it is now, resolved before any command goes out: OFFSET_END would be resolved at the
+        # first fetch, after which a fast reply could already sit behind it, never seen.
+        _, end = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)
+        self._consumer.assign([TopicPartition(topic, partition, end)])
         self._thread = threading.Thread(target=self._run, name="ostinato-replies", daemon=True)
         self._thread.start()
 
@@ -112,7 +116,7 @@ class KafkaWorkerLoop:
 
     def _ensure_topics(self, replication_factor: int) -> None:
         """Task topics are created on first use, by the processor or by the first worker, whichever comes first."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": log})
         specs = [task_topic_spec(self.prefix, self.worker.task_queue, kind, replication_factor) for kind in TaskKind]
         present = admin.list_topics(timeout=30).topics
         missing = [NewTopic(s.name, s.partitions, replication_factor, config=s.configs) for s in specs
@@ -128,11 +132,12 @@ class KafkaWorkerLoop:
     async def run(self, stopping: asyncio.Event, replication_factor: int) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._ensure_topics, replication_factor)
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 2, "message.max.bytes": MAX_RECORD_BYTES})
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "logger": log, "enable.idempotence": True,
+                                  "acks": "all", "linger.ms": 2, "message.max.bytes": MAX_RECORD_BYTES})
         self.replies = Replies(self.bootstrap, self.replies_topic, random.randrange(self.reply_partitions), loop)
         consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
+            "bootstrap.servers": self.bootstrap, "logger": log,
+            "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
             "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": 20,
             "fetch.max.bytes": MAX_RECORD_BYTES * 2})
@@ -281,6 +286,11 @@ class KafkaWorkerLoop:
         self.paused = full
 
     async def _drain(self) -> None:
+        """Stop running activities as Temporal does on shutdown: each answers a retryable WorkerShutdown failure,
+        so the engine retries it on another worker at once instead of after its start-to-close timeout."""
         if self.running:
-            log.info("worker %s: waiting for %d running activities", self.worker.identity, len(self.running))
+            log.info("worker %s: stopping %d running activities", self.worker.identity, len(self.running))
+            if self.worker.activity_executor is not None:
+                self.worker.activity_executor.cancel_all()
             await asyncio.gather(*self.running, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)

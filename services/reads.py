@@ -22,6 +22,8 @@ from ostinato.streams.model import decode_current, decode_run, to_record
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 HOP = "owner_hop"
+AVRO = "avro"  # ?format=avro: the records as stored (single-object Avro), for SDKs; the default is JSON
+STATE_CONTENT_TYPE = "application/vnd.ostinato.state+avro"
 
 
 class StoreSource(Protocol):
@@ -93,6 +95,8 @@ async def describe(request: web.Request) -> web.Response:
     if data is None:
         return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}"
                      + (f" with run {run_id!r}" if run_id else ""))
+    if request.query.get("format") == AVRO:
+        return web.Response(body=data, content_type=STATE_CONTENT_TYPE)
     return web.json_response(jsonable(to_record(decode_run(data))))
 
 
@@ -113,13 +117,14 @@ async def history(request: web.Request) -> web.Response:
         return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
+    raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
     events: list[Any] = []
     token = ""
     for _, value in store.scan(Family.HISTORY, start=start, prefix=prefix):
         if len(events) == size:
             token = str(first + size)
             break
-        events.append(jsonable(codec.decode(value)[1]))
+        events.append(base64.b64encode(value).decode() if raw else jsonable(codec.decode(value)[1]))
     return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
 
 

@@ -93,7 +93,8 @@ class Retrying:
 
 @workflow.defn
 class Shipment:
-    """Waits up to 14 days for `shipped`; a query tells where it stands."""
+    """Waits up to 14 days (or `wait_s`: a real engine has no virtual time) for `shipped`; a query tells where it
+    stands."""
 
     def __init__(self) -> None:
         self.tracking: str | None = None
@@ -114,12 +115,12 @@ class Shipment:
         return {"token": self.token, "log": self.log, "now": workflow.now().isoformat()}
 
     @workflow.run
-    async def run(self) -> str:
+    async def run(self, wait_s: float = 14 * 24 * 3600) -> str:
         # Drawn from the run's seed: a replay after a cache eviction must draw the very same token.
         self.token = str(workflow.uuid4())
         self.log.append(f"started {workflow.random().randint(0, 10**9)}")
         try:
-            await workflow.wait_condition(lambda: self.tracking is not None, timeout=timedelta(days=14))
+            await workflow.wait_condition(lambda: self.tracking is not None, timeout=timedelta(seconds=wait_s))
         except TimeoutError:
             return "support case"
         greeting = await workflow.execute_activity(greet, self.tracking, start_to_close_timeout=SHORT)

@@ -17,7 +17,9 @@ from ostinato.streams.actions import (
     CancelTimer,
     Deadline,
     DispatchActivityTask,
+    DispatchQueryTask,
     DispatchWorkflowTask,
+    Reply,
     ScheduleTimer,
     SendCommand,
 )
@@ -168,6 +170,25 @@ def _check_pairs(where: str, e: Record, kind: str, attrs: Record, by_id: dict[in
             f"{where}: event {e['event_id']} names no earlier ACTIVITY_TASK_CANCEL_REQUESTED")
 
 
+def check_answered(cmd: Record, step: Step) -> None:
+    """A command the API gateway accepts from outside, sent with a reply partition, is answered exactly once (its
+    sender waits for that answer). Exempt: engine-internal commands and child starts (the gateway refuses them) and
+    a query that reached its run (a worker answers it, not the owner)."""
+    from ostinato.services.gateway import internal_origin
+
+    replies = [a for a in step.actions if isinstance(a, Reply)]
+    assert all((r.request_id, r.reply_partition) == (cmd["request_id"], cmd["reply_partition"]) for r in replies)
+    if cmd["reply_partition"] is None:
+        assert not replies, f"{cmd['body'][0]} sent without a reply partition was answered"
+        return
+    if internal_origin(cmd["body"]) is not None:
+        return
+    if cmd["body"][0] == C + "QueryWorkflow" and any(isinstance(a, DispatchQueryTask) for a in step.actions):
+        assert not replies, "the owner answered a query it dispatched to a worker"
+        return
+    assert len(replies) == 1, f"{cmd['body'][0]} got {len(replies)} answers: {replies}"
+
+
 # -- the harness, checked ------------------------------------------------------------------------------------------
 
 
@@ -198,6 +219,7 @@ class CheckedHarness(Harness):
             raise AssertionError(f"decide raised on {name}: {exc!r}") from exc
         self.history.extend(step.events)
         self.steps.append(step)
+        check_answered(cmd, step)
         if step.rejection is not None:
             event(f"rejected {name.split('.')[-1]}: {step.rejection['code']}")
             assert not step.events, f"a rejection ({step.rejection['code']}) wrote events"

@@ -1,0 +1,300 @@
+"""`HttpService`: the client's `WorkflowService` over a server's HTTP API (what `Client.connect` uses).
+
+Commands go to `POST /api/v1/commands` as single-object Avro and come back as the `ostinato.reply.Reply` the
+owning processor (or, for a query, a worker) wrote; describe and history come from the owner's read API with
+`?format=avro`, so the SDK sees exactly the records the in-memory engine gives it. Answers and reads travel
+different ways: a reply is visible when its transaction commits, the owner's store a moment later. So reads of a
+workflow this service has just written to retry a "not found" for a few seconds (read your own writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from collections import OrderedDict
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+
+from ostinato.schemas import codec
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk.client import Body
+
+if TYPE_CHECKING:
+    from ostinato.sdk.worker import Worker
+
+__all__ = ["HttpService"]
+
+Record = dict[str, Any]
+CONTENT_TYPE = "application/vnd.ostinato.command+avro"
+COMMAND = "ostinato.command.Command"
+REPLY = "ostinato.reply.Reply"
+STATE = "ostinato.state.MutableState"
+CLOSING = ("WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
+           "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT", "WORKFLOW_EXECUTION_CONTINUED_AS_NEW")
+COMMAND_TIMEOUT = timedelta(seconds=30)
+HISTORY_PAGE = 1000
+POLL_FIRST_S = 0.02
+POLL_MAX_S = 0.5
+READ_YOUR_WRITES_S = 5.0  # how long a read of a workflow this service wrote to retries "not found"
+UNAVAILABLE_RETRY_S = 10.0  # how long a read retries a shard without a reachable owner (it is moving)
+MAX_REMEMBERED = 10_000
+SLACK_S = 5.0  # HTTP timeout beyond the server's own wait, so the server's 504 is what the caller sees
+# What `GET /api/v1/cluster` must tell a client: where a Kafka worker finds its topics.
+CLUSTER_FIELDS = {"kafka_bootstrap": str, "topic_prefix": str, "shards": int, "reply_partitions": int}
+
+
+class HttpService:
+    """A server's HTTP API as a `WorkflowService`. Make it with `await HttpService.connect(target)`; `close()` it
+    (or use `async with`) when done."""
+
+    def __init__(self, target: str, session: aiohttp.ClientSession, cluster: Record, *,
+                 command_timeout: timedelta = COMMAND_TIMEOUT) -> None:
+        self.target = target.rstrip("/")
+        self.session = session
+        self.cluster = cluster  # the server's `GET /api/v1/cluster` answer: kafka_bootstrap, topic_prefix, shards...
+        self.command_timeout = command_timeout
+        self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    @classmethod
+    async def connect(cls, target: str, *, timeout: timedelta = timedelta(seconds=10),
+                      command_timeout: timedelta = COMMAND_TIMEOUT) -> HttpService:
+        """Check that an Ostinato server answers at `target` and learn its cluster settings."""
+        session = aiohttp.ClientSession()
+        try:
+            async with session.get(target.rstrip("/") + "/api/v1/cluster",
+                                   timeout=aiohttp.ClientTimeout(total=timeout.total_seconds())) as resp:
+                if resp.status != 200:
+                    raise await _error(resp, f"GET {target}/api/v1/cluster")
+                cluster = await resp.json()
+            wrong = [k for k, kind in CLUSTER_FIELDS.items() if not isinstance(cluster.get(k), kind)]
+            if wrong:
+                raise ValueError(f"GET /api/v1/cluster lacks {', '.join(wrong)}: {cluster}")
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError) as e:
+            await session.close()
+            raise exc.RPCError(f"no Ostinato server answers at {target}: {type(e).__name__}: {e}",
+                               code="unavailable") from None
+        except BaseException:
+            await session.close()
+            raise
+        return cls(target, session, cluster, command_timeout=command_timeout)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def __aenter__(self) -> HttpService:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- commands ---------------------------------------------------------------------------------------------
+
+    async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
+                   identity: str) -> Body:
+        command = {"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id, "request_id": request_id,
+                   "identity": identity, "time_ms": _now_ms(), "reply_partition": None, "body": body}
+        try:
+            data = codec.encode(COMMAND, command)
+        except ValueError as e:  # as the engine does: an unreadable command is a MALFORMED rejection, not a crash
+            return "ostinato.reply.Rejected", {"code": "MALFORMED", "message": str(e), "existing_run_id": ""}
+        reply = await self._post(data, self.command_timeout, body[0])
+        answer: Body = reply["body"]
+        if not answer[0].endswith("Rejected"):
+            self._remember(namespace, workflow_id)
+        return answer
+
+    async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
+                    timeout: timedelta) -> Body:
+        body = ("ostinato.command.QueryWorkflow", {
+            "query_type": query_type, "query_args": args, "header": {},
+            "deadline_ms": _now_ms() + int(timeout.total_seconds() * 1000)})
+        command = {"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
+                   "request_id": uuid.uuid4().hex, "identity": "", "time_ms": _now_ms(), "reply_partition": None,
+                   "body": body}
+        try:
+            reply = await self._post(codec.encode(COMMAND, command), timeout, body[0])
+        except exc.RPCError as e:
+            if e.status != 504:
+                raise
+            raise exc.RPCError(f"query {query_type!r} of {workflow_id} got no answer in {timeout}: is a worker "
+                               "running?", status=504, code=e.code) from None
+        answer: Body = reply["body"]
+        return answer
+
+    async def _post(self, data: bytes, timeout: timedelta, what: str) -> Record:
+        wait_ms = max(1, int(timeout.total_seconds() * 1000))
+        url = f"{self.target}/api/v1/commands?timeout_ms={wait_ms}"
+        try:
+            async with self.session.post(url, data=data, headers={"Content-Type": CONTENT_TYPE},
+                                         timeout=aiohttp.ClientTimeout(total=wait_ms / 1000 + SLACK_S)) as resp:
+                if resp.status != 200:
+                    raise await _error(resp, f"{what.rsplit('.', 1)[-1]}")
+                payload = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise exc.RPCError(f"{what.rsplit('.', 1)[-1]}: the server at {self.target} did not answer: "
+                               f"{type(e).__name__}: {e}", code="unavailable") from None
+        try:
+            name, reply = codec.decode(payload)
+        except codec.DecodeError as e:
+            raise exc.RPCError(f"unreadable answer from {self.target}: {e}", status=200, code="malformed") from None
+        if name != REPLY:
+            raise exc.RPCError(f"expected a {REPLY} from {self.target}, got {name}", status=200, code="malformed")
+        return reply
+
+    # -- owner reads ------------------------------------------------------------------------------------------
+
+    async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None:
+        data = await self._read(namespace, workflow_id, "", {"run_id": run_id})
+        if data is None:
+            return None
+        name, record = _decode(data)
+        if name != STATE:
+            raise exc.RPCError(f"expected a {STATE} from {self.target}, got {name}", status=200, code="malformed")
+        return record
+
+    async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]:
+        events: list[Record] = []
+        while True:
+            page = await self._history_page(namespace, workflow_id, run_id, len(events) + 1)
+            if page is None:
+                return events
+            run_id = page["run_id"]  # pinned: the current run may change while paging
+            events.extend(page["events"])
+            if not page["next_page_token"]:
+                return events
+
+    async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
+        """Poll the end of the run's history (20 ms, doubling to 500 ms) until it holds a closing event."""
+        last: Record | None = None
+        first = 1
+        pause = POLL_FIRST_S
+        while True:
+            page = await self._history_page(namespace, workflow_id, run_id, first, quiet_unavailable=True)
+            if page is None:
+                if run_id == "" or last is None:
+                    raise exc.RPCError(f"no workflow {workflow_id!r}", status=404, code="not_found")
+                raise exc.RPCError(f"run {run_id} of {workflow_id!r} disappeared (deleted after retention?)",
+                                   status=404, code="not_found")
+            if page.get("unavailable"):
+                await asyncio.sleep(pause)
+                pause = min(POLL_MAX_S, pause * 2)
+                continue
+            run_id = page["run_id"]
+            if page["events"]:
+                last = page["events"][-1]
+                first += len(page["events"])
+                pause = POLL_FIRST_S
+                if page["next_page_token"]:
+                    continue
+            if last is not None and last["event_type"] in CLOSING:
+                return last
+            await asyncio.sleep(pause)
+            pause = min(POLL_MAX_S, pause * 2)
+
+    async def _history_page(self, namespace: str, workflow_id: str, run_id: str, first: int, *,
+                            quiet_unavailable: bool = False) -> Record | None:
+        data = await self._read(namespace, workflow_id, "/history", {
+            "run_id": run_id, "page_size": str(HISTORY_PAGE), "next_page_token": str(first)},
+            quiet_unavailable=quiet_unavailable)
+        if data is None:
+            return None
+        if data == b"":
+            return {"unavailable": True}
+        page = _json(data)
+        page["events"] = [_decode(base64.b64decode(e))[1] for e in page["events"]]
+        return page
+
+    async def _read(self, namespace: str, workflow_id: str, suffix: str, params: dict[str, str], *,
+                    quiet_unavailable: bool = False) -> bytes | None:
+        """GET an owner read with `?format=avro`: the body, None for "not found", b"" for "unavailable" when
+        `quiet_unavailable` (otherwise that is retried for a while, then raised)."""
+        query = urlencode({"format": "avro", **{k: v for k, v in params.items() if v}})
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/workflows/{quote(workflow_id, safe='')}{suffix}"
+        url = f"{self.target}{path}?{query}"  # a '/' inside an id travels as %2F (yarl keeps it so)
+        started = time.monotonic()
+        pause = POLL_FIRST_S
+        while True:
+            try:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    if resp.status == 200:
+                        return await resp.read()
+                    error = await _error(resp, f"GET {path}")
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise exc.RPCError(f"GET {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
+                                   code="unavailable") from None
+            waited = time.monotonic() - started
+            if error.status == 404 and error.code == "not_found":
+                if waited >= READ_YOUR_WRITES_S or not self._recently_written(namespace, workflow_id):
+                    return None
+            elif error.status == 503 and error.code == "shard_unavailable":
+                if quiet_unavailable:
+                    return b""
+                if waited >= UNAVAILABLE_RETRY_S:
+                    raise error
+            else:
+                raise error
+            await asyncio.sleep(pause)
+            pause = min(POLL_MAX_S, pause * 2)
+
+    def _remember(self, namespace: str, workflow_id: str) -> None:
+        key = (namespace, workflow_id)
+        self._written[key] = time.monotonic()
+        self._written.move_to_end(key)
+        while len(self._written) > MAX_REMEMBERED:
+            self._written.popitem(last=False)
+
+    def _recently_written(self, namespace: str, workflow_id: str) -> bool:
+        at = self._written.get((namespace, workflow_id))
+        return at is not None and time.monotonic() - at < READ_YOUR_WRITES_S * 2
+
+    # -- workers ----------------------------------------------------------------------------------------------
+
+    async def run_worker(self, worker: Worker, stopping: asyncio.Event) -> None:
+        """Serve the worker's task queue from Kafka (bootstrap, prefix and shards as the server told us)."""
+        from ostinato.sdk._kafka_worker import KafkaWorkerLoop
+
+        async def fetch_history(task: Record) -> list[Record]:
+            return await self.history(task["namespace"], task["workflow_id"], task["run_id"])
+
+        loop = KafkaWorkerLoop(worker, self.cluster, fetch_history)
+        await loop.run(stopping, int(self.cluster.get("replication_factor", 1)))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _decode(data: bytes) -> tuple[str, Record]:
+    try:
+        return codec.decode(data)
+    except codec.DecodeError as e:
+        raise exc.RPCError(f"unreadable record from the server: {e}", status=200, code="malformed") from None
+
+
+def _json(data: bytes) -> Record:
+    try:
+        value = json.loads(data)
+    except ValueError as e:
+        raise exc.RPCError(f"unreadable JSON from the server: {e}", status=200, code="malformed") from None
+    if not isinstance(value, dict):
+        raise exc.RPCError("expected a JSON object from the server", status=200, code="malformed")
+    return value
+
+
+async def _error(resp: aiohttp.ClientResponse, what: str) -> exc.RPCError:
+    """The server's `{"code", "message", "details"}` error (or whatever it sent) as an RPCError."""
+    text = await resp.text(errors="replace")
+    code, message = "", text.strip() or resp.reason or ""
+    try:
+        body = json.loads(text)
+        if isinstance(body, dict):
+            code, message = str(body.get("code", "")), str(body.get("message", message))
+    except ValueError:
+        pass
+    return exc.RPCError(f"{what}: {message} (HTTP {resp.status})", status=resp.status, code=code)
