@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 import threading
 from collections.abc import Callable
@@ -54,6 +55,7 @@ TASK_EVENTS = frozenset({"WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WO
                          "WORKFLOW_TASK_FAILED", "WORKFLOW_TASK_TIMED_OUT"})
 
 _local = threading.local()
+log = logging.getLogger("ostinato.workflow")
 
 
 def current() -> WorkflowInstance:
@@ -141,6 +143,7 @@ class WorkflowInstance:
         self._known_patches: set[str] = set()
         self._patches: dict[str, bool] = {}
         self._task_failure: BaseException | None = None
+        self._hinted = False
 
     # -- feeding history ------------------------------------------------------------------------------------------
 
@@ -233,6 +236,11 @@ class WorkflowInstance:
         self.loop.set_time(started["event_time_ms"] / 1000)
         self.history_length = _attrs(started)["history_length"]
         self.suggest_continue_as_new = _attrs(started)["suggest_continue_as_new"]
+        if self.suggest_continue_as_new and not replaying and not self._hinted:
+            self._hinted = True
+            log.warning("workflow %s/%s: history has %d events, past the warning threshold; call "
+                        "workflow.continue_as_new(...) soon, carrying the state over (the engine terminates runs at "
+                        "its hard limit)", self.workflow_id, self.run_id, self.history_length)
         self.last_started_event_id = started["event_id"]
         self._new = []
         self._task_failure = None

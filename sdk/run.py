@@ -11,6 +11,7 @@ import importlib
 import inspect
 import signal
 import sys
+import time
 from typing import Any
 
 from ostinato.sdk.client import Client
@@ -51,9 +52,24 @@ async def build_worker(found: Any, client: Client) -> Worker:
                             f"returning a Worker, not {type(found).__name__}")
 
 
-async def run(target: str, server: str, namespace: str) -> None:
+async def connect(server: str, namespace: str, timeout_s: float) -> Client:
+    """Connect, waiting for a server that is still starting (a worker is often started beside it)."""
+    from ostinato.sdk.exceptions import RPCError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await Client.connect(server, namespace=namespace)
+        except RPCError as exc:
+            if time.monotonic() > deadline:
+                raise
+            print(f"ostinato worker: waiting for the server ({exc})", file=sys.stderr, flush=True)
+            await asyncio.sleep(1.0)
+
+
+async def run(target: str, server: str, namespace: str, connect_timeout_s: float = 30.0) -> None:
     found = load_target(target)
-    client = await Client.connect(server, namespace=namespace)
+    client = await connect(server, namespace, connect_timeout_s)
     worker = await build_worker(found, client)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -191,3 +191,26 @@ async def test_a_failed_workflow_reports_its_cause_to_the_client() -> None:
             await env.client.execute_workflow("Refuses", id="r-1", task_queue=Q)
     cause = raised.value.cause
     assert cause is not None and getattr(cause, "type", None) == "OutOfStock" and list(cause.details) == ["sku-1"]
+
+
+@workflow.defn
+class Chatty:
+    """Sleeps in a loop, growing its history past a (small) warning threshold."""
+
+    @workflow.run
+    async def run(self, rounds: int) -> bool:
+        for _ in range(rounds):
+            await workflow.sleep(1)
+        return workflow.continue_as_new_suggested()
+
+
+@run_async
+async def test_a_long_history_gets_a_continue_as_new_hint(caplog: pytest.LogCaptureFixture) -> None:
+    from ostinato.streams.config import Config, Limits
+
+    env = await WorkflowEnvironment.start_time_skipping()
+    env.engine.config = Config(limits=Limits(history_warn_events=20))
+    async with Worker(env.client, task_queue=Q, workflows=[Chatty]):
+        assert await env.client.execute_workflow(Chatty.run, 10, id="chatty", task_queue=Q) is True
+    hints = [r for r in caplog.records if "continue_as_new" in r.getMessage()]
+    assert len(hints) == 1 and "past the warning threshold" in hints[0].getMessage()
