@@ -214,3 +214,48 @@ async def test_a_long_history_gets_a_continue_as_new_hint(caplog: pytest.LogCapt
         assert await env.client.execute_workflow(Chatty.run, 10, id="chatty", task_queue=Q) is True
     hints = [r for r in caplog.records if "continue_as_new" in r.getMessage()]
     assert len(hints) == 1 and "past the warning threshold" in hints[0].getMessage()
+
+
+@workflow.defn
+class Listener:
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    @workflow.signal
+    def hear(self, word: str) -> None:
+        self.heard.append(word)
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: bool(self.heard))
+        return self.heard
+
+
+@workflow.defn
+class Talker:
+    @workflow.run
+    async def run(self, listener_id: str) -> str:
+        workflow.upsert_memo({"talked_to": listener_id})
+        workflow.upsert_search_attributes({"Stage": "talking"})
+        await workflow.get_external_workflow_handle(listener_id).signal(Listener.hear, "hello")
+        try:
+            await workflow.get_external_workflow_handle("nobody-home").signal("hear", "hi")
+        except Exception as error:  # noqa: BLE001 - the failure itself is the result under test
+            return type(error).__name__
+        return "delivered to nobody?"
+
+
+@run_async
+async def test_signals_to_other_workflows_and_upserts() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Listener, Talker]):
+        listener = await env.client.start_workflow(Listener.run, id="listener", task_queue=Q)
+        assert await env.client.execute_workflow(Talker.run, "listener", id="talker", task_queue=Q) == \
+            "ApplicationError"
+        assert await listener.result() == ["hello"]
+        talker = env.client.get_workflow_handle("talker")
+        types = _types(await talker.fetch_history())
+        assert {"UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "WORKFLOW_PROPERTIES_MODIFIED",
+                "EXTERNAL_WORKFLOW_EXECUTION_SIGNALED", "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED"} <= set(types)
+        described = (await talker.describe()).raw
+        assert set(described["memo"]) == {"talked_to"} and set(described["search_attributes"]) == {"Stage"}
