@@ -140,6 +140,8 @@ class KafkaWorkerLoop:
             "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
             "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": 20,
+            # A dead worker's partitions move on after 10 s (librdkafka's default is 45 s of stranded tasks).
+            "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
             "fetch.max.bytes": MAX_RECORD_BYTES * 2})
         topics = ([self.workflow_topic] if self.worker.workflow_handler is not None else []) + \
                  ([self.activity_topic] if self.worker.activity_executor is not None else [])

@@ -21,3 +21,32 @@ class Shout:
 
 worker = {"task_queue": "cli-q", "workflows": [Shout], "activities": [shout]}
 WORKFLOWS = [Shout]
+
+
+@activity.defn
+async def slow_job(marker: str) -> str:
+    """The first attempt records which process runs it and then works (heartbeating) until killed."""
+    import asyncio
+    import os
+    from pathlib import Path
+
+    if activity.info().attempt == 1:
+        Path(marker).write_text(str(os.getpid()))
+        for _ in range(600):
+            activity.heartbeat()
+            await asyncio.sleep(0.1)
+    return f"done by {os.getpid()} on attempt {activity.info().attempt}"
+
+
+@workflow.defn
+class SlowJob:
+    @workflow.run
+    async def run(self, marker: str) -> str:
+        from ostinato import RetryPolicy
+
+        return await workflow.execute_activity(slow_job, marker, start_to_close_timeout=timedelta(seconds=120),
+                                               heartbeat_timeout=timedelta(seconds=2),
+                                               retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200)))
+
+
+slow_worker = {"task_queue": "cli-slow", "workflows": [SlowJob], "activities": [slow_job]}

@@ -16,7 +16,7 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.sdk._http import HttpService
 from ostinato.services.cluster import init_cluster
 from tests.conftest import REPO, run_cli
-from tests.e2e.cli_app import Shout
+from tests.e2e.cli_app import Shout, SlowJob
 from tests.tools.servers import ServerProcess
 
 HISTORIES = REPO / "tests" / "e2e" / "sdk_scenarios" / "histories"
@@ -72,3 +72,35 @@ def test_worker_command_serves_workflows_and_the_topic_replays(kafka: KafkaClust
         log.close()
         server.stop()
     assert "serving task queue 'cli-q'" in (tmp_path / "worker.log").read_text()
+
+
+def test_a_worker_killed_mid_activity_hands_it_to_another(kafka: KafkaCluster, topic_prefix: str,
+                                                          tmp_path: Path) -> None:
+    """kill -9, not a graceful stop: the heartbeat timeout notices, and the retry lands on the surviving worker."""
+    init_cluster(kafka.bootstrap, topic_prefix, shards=2)
+    server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log").start()
+    workers = [subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.cli_app:slow_worker",
+                                 "--server", server.url], cwd=REPO, stdout=(tmp_path / f"w{i}.log").open("wb"),
+                                stderr=subprocess.STDOUT) for i in range(2)]
+    marker = tmp_path / "first-attempt.pid"
+    try:
+        server.wait_owning(2)
+
+        async def run() -> str:
+            async with await HttpService.connect(server.url) as service:
+                handle = await Client(service).start_workflow(SlowJob.run, str(marker), task_queue="cli-slow",
+                                                              id=f"slow-{uuid.uuid4().hex[:6]}")
+                while not marker.exists():
+                    await asyncio.sleep(0.1)
+                victim = int(marker.read_text())
+                next(w for w in workers if w.pid == victim).kill()
+                return await handle.result()
+
+        result = asyncio.run(asyncio.wait_for(run(), 120))
+        survivor = next(w for w in workers if w.poll() is None)
+        assert result == f"done by {survivor.pid} on attempt 2"
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+        server.stop()
