@@ -90,6 +90,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
           data_dir: Path | None = None, processor: bool = True, advertise: str = "") -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
+    from ostinato.services.api import install as install_api
     from ostinato.services.gateway import CommandGateway
     from ostinato.services.processor import Processor, ProcessorOptions
 
@@ -119,7 +120,9 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
              ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, ", processor on" if proc else "")
     app = create_app(ctx, reads)
-    CommandGateway(ctx.bootstrap, ctx.settings).install(app)  # POST /api/v1/commands; started and stopped with app
+    gateway = CommandGateway(ctx.bootstrap, ctx.settings)
+    gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
+    install_api(app, gateway)  # the JSON workflow API, over the same gateway
     try:
         web.run_app(app, host=host, port=port, print=None, access_log=None)
     finally:

@@ -1,0 +1,286 @@
+"""The JSON API for people and scripts (DESIGN.md §9): start, signal, signal-with-start, query, cancel, terminate
+and result of workflows, over the command gateway. Inputs and results are plain JSON values (carried as
+`json/plain` payloads, what the SDK's default converter writes); other payloads are shown as base64.
+
+One error model everywhere: `{"code", "message", "details"}` with 400 (bad request), 404, 409 (already started),
+413, 503 and 504. A malformed body is a 400, never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from ostinato.schemas import codec
+from ostinato.schemas.keys import history_key, run_key
+from ostinato.services.gateway import CommandGateway, GatewayError
+from ostinato.services.reads import _run_id, _store_or_redirect, error
+from ostinato.services.store import Family, ShardStore
+from ostinato.streams.model import decode_run
+
+Record = dict[str, Any]
+C = "ostinato.command."
+JSON_ENCODING = b"json/plain"
+DEFAULT_TIMEOUT_S = 30.0
+MAX_RESULT_WAIT_S = 60.0
+GATEWAY = web.AppKey("gateway", CommandGateway)
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def payload(value: Any) -> Record:
+    return {"metadata": {"encoding": JSON_ENCODING}, "data": json.dumps(value, separators=(",", ":")).encode()}
+
+
+def value_of(record: Record) -> Any:
+    if record["metadata"].get("encoding") == JSON_ENCODING:
+        return json.loads(record["data"])
+    return {"encoding": record["metadata"].get("encoding", b"").decode(errors="replace"),
+            "data_base64": base64.b64encode(record["data"]).decode()}
+
+
+async def _body(request: web.Request) -> Record:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _field(body: Record, name: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = False,
+           ) -> Any:
+    if name not in body or body[name] is None:
+        if required:
+            raise BadRequest(f"{name} is required", field=name)
+        return None if default is ... else default
+    value = body[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise BadRequest(f"{name} must be {getattr(kind, '__name__', kind)}", field=name)
+    return value
+
+
+def _args(body: Record, name: str) -> list[Record]:
+    values = _field(body, name, list, [])
+    return [payload(v) for v in values]
+
+
+def _payload_map(body: Record, name: str) -> dict[str, Record]:
+    values = _field(body, name, dict, {})
+    return {str(k): payload(v) for k, v in values.items()}
+
+
+def _positive(body: Record, name: str) -> int | None:
+    value = _field(body, name, int)
+    if value is not None and value <= 0:
+        raise BadRequest(f"{name} must be positive", field=name)
+    return value  # type: ignore[no-any-return]
+
+
+def _start_body(body: Record) -> Record:
+    return {
+        "workflow_type": _field(body, "workflow_type", str, required=True),
+        "task_queue": _field(body, "task_queue", str, required=True),
+        "input": _args(body, "input"),
+        "execution_timeout_ms": _positive(body, "execution_timeout_ms"),
+        "run_timeout_ms": _positive(body, "run_timeout_ms"),
+        "task_timeout_ms": _positive(body, "task_timeout_ms") or 0,
+        "id_reuse_policy": _field(body, "id_reuse_policy", str, "UNSPECIFIED"),
+        "id_conflict_policy": _field(body, "id_conflict_policy", str, "UNSPECIFIED"),
+        "retry_policy": None, "memo": _payload_map(body, "memo"),
+        "search_attributes": _payload_map(body, "search_attributes"), "header": {}, "parent": None,
+    }
+
+
+async def _send(request: web.Request, workflow_id: str, name: str, body: Record, *, run_id: str = "",
+                request_id: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, Record]:
+    gateway = request.app[GATEWAY]
+    command = {"namespace": request.match_info["namespace"], "workflow_id": workflow_id, "run_id": run_id,
+               "request_id": request_id or uuid.uuid4().hex, "identity": f"api@{request.remote or 'unknown'}",
+               "time_ms": time.time_ns() // 1_000_000, "reply_partition": None, "body": (C + name, body)}
+    try:
+        codec.encode("ostinato.command.Command", command)
+    except ValueError as exc:
+        raise BadRequest(f"the request does not make a valid {name}: {exc}") from None
+    reply = await gateway.send(command, timeout_s)
+    _, record = codec.decode(reply)
+    branch: tuple[str, Record] = record["body"]
+    return branch
+
+
+def _rejected(record: Record) -> web.Response:
+    code = record["code"]
+    status = {"NOT_FOUND": 404, "ALREADY_STARTED": 409, "ALREADY_CLOSED": 409, "DUPLICATE_REQUEST": 409,
+              "LIMIT_EXCEEDED": 429, "TOO_LARGE": 413}.get(code, 400)
+    details = {"existing_run_id": record["existing_run_id"]} if record.get("existing_run_id") else {}
+    return error(status, code.lower(), record["message"], **details)
+
+
+def _handler(fn: Any) -> Any:
+    """Turn the request-level exceptions into the one error model."""
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await fn(request)
+            return response
+        except BadRequest as exc:
+            return error(400, "invalid_argument", str(exc), **exc.details)
+        except TimeoutError:
+            return error(504, "timeout", "the engine did not answer in time; retrying with the same request_id is "
+                         "safe")
+        except GatewayError as exc:
+            return error(503, "unavailable", str(exc))
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+@_handler
+async def start(request: web.Request) -> web.Response:
+    """Start a workflow; 201 with its run id, 409 when the id is taken (per the reuse and conflict policies)."""
+    body = await _body(request)
+    workflow_id = _field(body, "workflow_id", str, required=True)
+    kind, record = await _send(request, workflow_id, "StartWorkflowExecution", _start_body(body),
+                               request_id=_field(body, "request_id", str, ""))
+    if kind.endswith("Rejected"):
+        return _rejected(record)
+    return web.json_response({"workflow_id": workflow_id, "run_id": record["run_id"], "started": record["started"]},
+                             status=201 if record["started"] else 200)
+
+
+@_handler
+async def signal(request: web.Request) -> web.Response:
+    body = await _body(request)
+    kind, record = await _send(request, request.match_info["workflow_id"], "SignalWorkflowExecution", {
+        "signal_name": _field(body, "signal_name", str, required=True), "input": _args(body, "input"),
+        "header": {}, "external": None}, run_id=_field(body, "run_id", str, ""),
+        request_id=_field(body, "request_id", str, ""))
+    return _rejected(record) if kind.endswith("Rejected") else web.json_response({"accepted": True})
+
+
+@_handler
+async def signal_with_start(request: web.Request) -> web.Response:
+    body = await _body(request)
+    kind, record = await _send(request, request.match_info["workflow_id"], "SignalWithStartWorkflowExecution", {
+        "start": _start_body(body), "signal_name": _field(body, "signal_name", str, required=True),
+        "signal_input": _args(body, "signal_input"), "signal_header": {}},
+        request_id=_field(body, "request_id", str, ""))
+    if kind.endswith("Rejected"):
+        return _rejected(record)
+    return web.json_response({"workflow_id": request.match_info["workflow_id"], "run_id": record.get("run_id", "")})
+
+
+@_handler
+async def query(request: web.Request) -> web.Response:
+    """Ask a running workflow (a worker answers); 504 when no worker answers within `timeout_ms`."""
+    body = await _body(request)
+    timeout_ms = _positive(body, "timeout_ms") or 10_000
+    kind, record = await _send(request, request.match_info["workflow_id"], "QueryWorkflow", {
+        "query_type": _field(body, "query_type", str, required=True), "query_args": _args(body, "args"),
+        "header": {}, "deadline_ms": time.time_ns() // 1_000_000 + timeout_ms},
+        run_id=_field(body, "run_id", str, ""), timeout_s=timeout_ms / 1000)
+    if kind.endswith("Rejected"):
+        return _rejected(record)
+    if record.get("failure"):
+        return error(400, "query_failed", record["failure"]["message"])
+    return web.json_response({"result": value_of(record["result"][0]) if record["result"] else None})
+
+
+@_handler
+async def cancel(request: web.Request) -> web.Response:
+    body = await _body(request) if request.can_read_body else {}
+    kind, record = await _send(request, request.match_info["workflow_id"], "RequestCancelWorkflowExecution", {
+        "reason": _field(body, "reason", str, ""), "external": None, "first_execution_run_id": ""},
+        run_id=_field(body, "run_id", str, ""))
+    return _rejected(record) if kind.endswith("Rejected") else web.json_response({"accepted": True})
+
+
+@_handler
+async def terminate(request: web.Request) -> web.Response:
+    body = await _body(request) if request.can_read_body else {}
+    kind, record = await _send(request, request.match_info["workflow_id"], "TerminateWorkflowExecution", {
+        "reason": _field(body, "reason", str, ""), "details": [], "first_execution_run_id": ""},
+        run_id=_field(body, "run_id", str, ""))
+    return _rejected(record) if kind.endswith("Rejected") else web.json_response({"accepted": True})
+
+
+@_handler
+async def result(request: web.Request) -> web.Response:
+    """Long-poll until the run closes (served by the shard's owner; others redirect), following continue-as-new
+    unless `follow=false`. 200 with the status and the result or failure; 504 after `timeout_ms` (max 60 s)."""
+    store = _store_or_redirect(request)
+    if isinstance(store, web.Response):
+        return store
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+    try:
+        wait_s = min(MAX_RESULT_WAIT_S, int(request.query.get("timeout_ms", "30000")) / 1000)
+    except ValueError:
+        raise BadRequest("timeout_ms must be a whole number") from None
+    follow = request.query.get("follow", "true") != "false"
+    run_id = _run_id(store, ns, wf, request)
+    if not run_id:
+        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
+    deadline = time.monotonic() + wait_s
+    delay = 0.02
+    while True:
+        closing = _closing_event(store, ns, wf, run_id)
+        if closing is not None:
+            kind, attrs = closing["event_type"], closing["attributes"][1]
+            if kind == "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" and follow:
+                run_id = attrs["new_execution_run_id"]
+                continue
+            return web.json_response(_outcome(run_id, kind, attrs))
+        if time.monotonic() > deadline:
+            return error(504, "timeout", f"workflow {wf!r} is still running after {wait_s:.0f}s; ask again",
+                         run_id=run_id)
+        await asyncio.sleep(delay)
+        delay = min(0.5, delay * 1.5)
+
+
+def _closing_event(store: ShardStore, ns: str, wf: str, run_id: str) -> Record | None:
+    """The run's last event if the run is closed (the closing event is always its last)."""
+    state = store.get(Family.STATE, run_key(ns, wf, run_id).encode())
+    if state is None:
+        return None
+    run = decode_run(state)
+    if run.open:
+        return None
+    data = store.get(Family.HISTORY, history_key(ns, wf, run_id, run.history_length).encode())
+    return None if data is None else codec.decode(data)[1]
+
+
+def _outcome(run_id: str, kind: str, attrs: Record) -> Record:
+    status = kind.removeprefix("WORKFLOW_EXECUTION_")
+    out: Record = {"run_id": run_id, "status": status}
+    if kind == "WORKFLOW_EXECUTION_COMPLETED":
+        out["result"] = value_of(attrs["result"][0]) if attrs["result"] else None
+    elif kind == "WORKFLOW_EXECUTION_FAILED":
+        out["failure"] = {"message": attrs["failure"]["message"], "type": attrs["failure"]["type"]}
+    elif kind == "WORKFLOW_EXECUTION_TERMINATED":
+        out["reason"] = attrs["reason"]
+    elif kind == "WORKFLOW_EXECUTION_CONTINUED_AS_NEW":
+        out["new_run_id"] = attrs["new_execution_run_id"]
+    return out
+
+
+def install(app: web.Application, gateway: CommandGateway) -> None:
+    app[GATEWAY] = gateway
+    base = "/api/v1/namespaces/{namespace}/workflows"
+    app.router.add_post(base, start)
+    app.router.add_post(base + "/{workflow_id}/signal", signal)
+    app.router.add_post(base + "/{workflow_id}/signal-with-start", signal_with_start)
+    app.router.add_post(base + "/{workflow_id}/query", query)
+    app.router.add_post(base + "/{workflow_id}/cancel", cancel)
+    app.router.add_post(base + "/{workflow_id}/terminate", terminate)
+    app.router.add_get(base + "/{workflow_id}/result", result)

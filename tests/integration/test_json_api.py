@@ -1,0 +1,94 @@
+"""The JSON workflow API as a script would use it, on a real broker."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ostinato.infra.kafka import KafkaCluster
+from ostinato.services.cluster import init_cluster
+from tests.tools.servers import ServerProcess
+from tests.tools.worker import TestWorker
+
+SHARDS = 2
+
+
+@pytest.fixture(scope="module")
+def api(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory):
+    prefix = f"api{uuid.uuid4().hex[:8]}"
+    init_cluster(kafka.bootstrap, prefix, shards=SHARDS)
+    home: Path = tmp_path_factory.mktemp("api")
+    server = ServerProcess(kafka.bootstrap, prefix, home / "data", home / "server.log").start()
+    try:
+        server.wait_owning(SHARDS)
+        yield server, prefix
+    finally:
+        server.stop()
+
+
+def call(server: ServerProcess, method: str, path: str, body: Any = None, raw: bytes | None = None,
+         ) -> tuple[int, Any]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(server.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_start_signal_query_terminate_and_result(api: tuple[ServerProcess, str]) -> None:
+    server, _ = api
+    wf = f"api-{uuid.uuid4().hex[:6]}"
+    base = "/api/v1/namespaces/default/workflows"
+    status, started = call(server, "POST", base, {"workflow_id": wf, "workflow_type": "Waits", "task_queue": "q",
+                                                  "input": [{"order": 1}]})
+    assert status == 201 and started["started"] and started["run_id"]
+    status, again = call(server, "POST", base, {"workflow_id": wf, "workflow_type": "Waits", "task_queue": "q"})
+    assert status == 409 and again["code"] == "already_started"
+    assert again["details"]["existing_run_id"] == started["run_id"]
+    assert call(server, "POST", f"{base}/{wf}/signal", {"signal_name": "go", "input": [1]}) == (200, {"accepted": True})
+    status, no_worker = call(server, "POST", f"{base}/{wf}/query", {"query_type": "state", "timeout_ms": 500})
+    assert status == 504 and no_worker["code"] == "timeout"
+    assert call(server, "POST", f"{base}/{wf}/terminate", {"reason": "enough"})[0] == 200
+    status, outcome = call(server, "GET", f"{base}/{wf}/result?timeout_ms=20000")
+    assert status == 200 and outcome == {"run_id": started["run_id"], "status": "TERMINATED", "reason": "enough"}
+
+
+def test_a_completed_workflow_returns_its_json_result(kafka: KafkaCluster, api: tuple[ServerProcess, str]) -> None:
+    server, prefix = api
+    wf = f"hello-{uuid.uuid4().hex[:6]}"
+    with TestWorker(kafka.bootstrap, prefix, SHARDS, "hello-q"):
+        status, _ = call(server, "POST", "/api/v1/namespaces/default/workflows",
+                         {"workflow_id": wf, "workflow_type": "hello", "task_queue": "hello-q", "input": ["API"]})
+        assert status == 201
+        status, outcome = call(server, "GET", f"/api/v1/namespaces/default/workflows/{wf}/result?timeout_ms=30000")
+    assert status == 200 and outcome["status"] == "COMPLETED" and outcome["result"] == "Hello, API"
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "status", "code"), [
+    ("POST", "/api/v1/namespaces/default/workflows", b"{not json", 400, "invalid_argument"),
+    ("POST", "/api/v1/namespaces/default/workflows", b"[1, 2]", 400, "invalid_argument"),
+    ("POST", "/api/v1/namespaces/default/workflows", b'{"workflow_id": "x"}', 400, "invalid_argument"),
+    ("POST", "/api/v1/namespaces/default/workflows",
+     b'{"workflow_id": "x", "workflow_type": "T", "task_queue": "bad queue"}', 400, "invalid_argument"),
+    ("POST", "/api/v1/namespaces/default/workflows",
+     b'{"workflow_id": "x", "workflow_type": "T", "task_queue": "q", "run_timeout_ms": -5}', 400,
+     "invalid_argument"),
+    ("POST", "/api/v1/namespaces/default/workflows/nobody-here/signal", b'{"signal_name": "s"}', 404, "not_found"),
+    ("POST", "/api/v1/namespaces/default/workflows/nobody-here/cancel", b"{}", 404, "not_found"),
+    ("GET", "/api/v1/namespaces/default/workflows/nobody-here/result?timeout_ms=100", None, 404, "not_found"),
+])
+def test_bad_requests_get_the_error_model(api: tuple[ServerProcess, str], method: str, path: str,
+                                          raw: bytes | None, status: int, code: str) -> None:
+    server, _ = api
+    got, body = call(server, method, path, raw=raw)
+    assert (got, body["code"]) == (status, code), body
+    assert body["message"] and isinstance(body["details"], dict)
