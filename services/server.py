@@ -17,6 +17,7 @@ from ostinato import __version__
 from ostinato.infra.process import check_port_free
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.cluster import ClusterError, read_settings
+from ostinato.services.openapi import install as install_openapi
 from ostinato.services.ownership import OwnershipTable
 from ostinato.services.reads import ReadContext, add_routes
 
@@ -62,6 +63,7 @@ def create_app(ctx: ServerContext, reads: ReadContext | None = None,
     app.router.add_get("/api/v1/cluster", get_cluster)
     app.router.add_get("/metrics", get_metrics)
     add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, ""))
+    install_openapi(app)
     return app
 
 

@@ -1,0 +1,120 @@
+"""The OpenAPI description of the HTTP API, served at /api/v1/openapi.json; a test keeps it and the routes equal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ostinato import __version__
+
+JSON = "application/json"
+AVRO = "application/vnd.ostinato.command+avro"
+
+
+def _error_ref() -> dict[str, Any]:
+    return {"description": "An error", "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(code): _error_ref() for code in codes}
+
+
+def _json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {JSON: {"schema": schema}}}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    return out
+
+
+_ANY_LIST = {"type": "array", "items": {}}
+_MAP = {"type": "object", "additionalProperties": True}
+_NS = {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}}
+_WF = {"name": "workflow_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_RUN = {"name": "run_id", "in": "query", "required": False, "schema": {"type": "string"}}
+_OK = {"200": {"description": "OK", "content": {JSON: {"schema": {"type": "object"}}}}}
+_START = _obj({
+    "workflow_id": {"type": "string"}, "workflow_type": {"type": "string"}, "task_queue": {"type": "string"},
+    "input": _ANY_LIST, "execution_timeout_ms": {"type": "integer", "minimum": 1},
+    "run_timeout_ms": {"type": "integer", "minimum": 1}, "task_timeout_ms": {"type": "integer", "minimum": 1},
+    "id_reuse_policy": {"type": "string"}, "id_conflict_policy": {"type": "string"}, "memo": _MAP,
+    "search_attributes": _MAP, "request_id": {"type": "string"},
+}, ["workflow_id", "workflow_type", "task_queue"])
+
+
+def spec() -> dict[str, Any]:
+    base = "/api/v1/namespaces/{namespace}/workflows"
+    one = base + "/{workflow_id}"
+
+    def post(summary: str, body: dict[str, Any] | None, *codes: int, params: list[Any] | None = None,
+             ok: dict[str, Any] | None = None) -> dict[str, Any]:
+        op: dict[str, Any] = {"summary": summary, "parameters": params or [_NS, _WF],
+                              "responses": {**(ok or _OK), **_errors(*codes)}}
+        if body is not None:
+            op["requestBody"] = _json_body(body, required=False) if not body.get("required") else _json_body(body)
+        return {"post": op}
+
+    def get(summary: str, params: list[Any], *codes: int) -> dict[str, Any]:
+        return {"get": {"summary": summary, "parameters": params, "responses": {**_OK, **_errors(*codes)}}}
+
+    paths = {
+        "/api/v1/cluster": get("Kafka bootstrap, topic prefix and shard count, for workers", []),
+        "/api/v1/cluster/owners": get("Which process owns which shard", []),
+        "/api/v1/openapi.json": get("This document", []),
+        "/api/v1/commands": {"post": {
+            "summary": "SDK path: a single-object Avro Command in, the Reply the engine wrote out",
+            "parameters": [{"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}}],
+            "requestBody": {"required": True, "content": {AVRO: {"schema": {"type": "string", "format": "binary"}}}},
+            "responses": {"200": {"description": "The Reply", "content": {AVRO: {"schema": {
+                "type": "string", "format": "binary"}}}}, **_errors(400, 403, 413, 415, 503, 504)}}},
+        base: post("Start a workflow", _START, 400, 409, 413, 503, 504, params=[_NS],
+                   ok={"201": {"description": "Started", "content": {JSON: {"schema": _obj({
+                       "workflow_id": {"type": "string"}, "run_id": {"type": "string"},
+                       "started": {"type": "boolean"}})}}}, "200": {"description": "Already running (USE_EXISTING)"}}),
+        one + "/signal": post("Signal a workflow", _obj({"signal_name": {"type": "string"}, "input": _ANY_LIST,
+                                                         "run_id": {"type": "string"},
+                                                         "request_id": {"type": "string"}}, ["signal_name"]),
+                              400, 404, 409, 503, 504),
+        one + "/signal-with-start": post("Signal a workflow, starting it if it is not running",
+                                         {**_START, "properties": {**_START["properties"],
+                                                                   "signal_name": {"type": "string"},
+                                                                   "signal_input": _ANY_LIST}},
+                                         400, 409, 503, 504),
+        one + "/query": post("Ask a running workflow (a worker answers)",
+                             _obj({"query_type": {"type": "string"}, "args": _ANY_LIST,
+                                   "timeout_ms": {"type": "integer", "minimum": 1}, "run_id": {"type": "string"}},
+                                  ["query_type"]), 400, 404, 503, 504),
+        one + "/cancel": post("Ask a workflow to cancel", _obj({"reason": {"type": "string"},
+                                                                "run_id": {"type": "string"}}), 400, 404, 503, 504),
+        one + "/terminate": post("Terminate a workflow", _obj({"reason": {"type": "string"},
+                                                               "run_id": {"type": "string"}}), 400, 404, 503, 504),
+        one + "/result": get("Wait for the run to close (long poll, follows continue-as-new)",
+                             [_NS, _WF, _RUN, {"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}},
+                              {"name": "follow", "in": "query", "schema": {"type": "boolean"}}], 400, 404, 503, 504),
+        one: get("Describe a run (its mutable state)", [_NS, _WF, _RUN], 404, 503),
+        one + "/history": get("A page of a run's history", [
+            _NS, _WF, _RUN, {"name": "page_size", "in": "query", "schema": {"type": "integer"}},
+            {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400, 404, 503),
+        one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
+        "/metrics": get("Prometheus metrics", []),
+    }
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Ostinato", "version": __version__,
+                 "description": "Durable workflows on Apache Kafka. Errors are {code, message, details}."},
+        "paths": paths,
+        "components": {"schemas": {"Error": _obj({"code": {"type": "string"}, "message": {"type": "string"},
+                                                  "details": {"type": "object"}}, ["code", "message", "details"])}},
+    }
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    return web.json_response(spec())
+
+
+def install(app: web.Application) -> None:
+    app.router.add_get("/api/v1/openapi.json", get_openapi)
