@@ -8,9 +8,9 @@ COV ?= --cov=ostinato.streams --cov-report=term:skip-covered --cov-fail-under=95
 
 .PHONY: demo test lint install kafka-fetch clean
 
-## demo: a local Kafka, the Ostinato cluster and server on http://127.0.0.1:7243 (Ctrl-C stops it all)
+## demo: a local Kafka, cluster, server and worker; six orders, the server killed and restarted mid-run, all finish
 demo: $(STAMP)
-	$(VENV)/bin/ostinato dev
+	$(VENV)/bin/ostinato demo
 
 ## test: lint, layering contract, then every test tier against real brokers the tests start themselves
 test: lint kafka-fetch

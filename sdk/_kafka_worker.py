@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ostinato.schemas import codec, partition_for
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, task_topic_spec, topic_name
+from ostinato.sdk.exceptions import RPCError
 
 if TYPE_CHECKING:
     from ostinato.sdk.worker import Worker
@@ -192,14 +193,24 @@ class KafkaWorkerLoop:
         cached = handler.cache.get(task["run_id"])
         sticky = cached is not None and cached.last_started_event_id == task["previous_started_event_id"]
         if not sticky and task["previous_started_event_id"] > 0:  # a cache miss replays the full history
-            history = await self.fetch_history(task)
+            try:
+                history = await self.fetch_history(task)
+            except RPCError as exc:
+                # The server is away (restarting): leave the task unanswered; its timeout schedules it again.
+                log.warning("cannot fetch the history of %s/%s (%s); the task will be retried", task["workflow_id"],
+                            task["run_id"], exc)
+                return
         command, body = handler.handle(task, lambda: history)
         self._send(task, command, body)
 
     async def _query(self, task: Record) -> None:
         handler = self.worker.workflow_handler
         assert handler is not None
-        history = [] if task["run_id"] in handler.cache else await self.fetch_history(task)
+        try:
+            history = [] if task["run_id"] in handler.cache else await self.fetch_history(task)
+        except RPCError as exc:
+            log.warning("cannot answer query %s: %s", task["query_type"], exc)
+            return
         result, failure = handler.query(task, lambda: history)
         reply = {"request_id": task["request_id"], "namespace": task["namespace"], "workflow_id": task["workflow_id"],
                  "body": ("ostinato.reply.QueryResult", {"result": result, "failure": failure})}

@@ -210,6 +210,25 @@ def dev(
                   f"Kafka {running.bootstrap}, {running.shards} shards. Stop it with [bold]ostinato dev stop[/bold].")
 
 
+@app.command("demo")
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster and server running afterwards.")] = False,
+    port: Annotated[int, typer.Option(envvar="OSTINATO_PORT", help="API port.")] = DEFAULT_API_PORT,
+    kafka_port: Annotated[int, typer.Option(help="Port of the local broker.")] = defaults.KAFKA_PORT,
+    home: HomeOpt = None,
+) -> None:
+    """Order fulfilment end to end: a local cluster, a worker, six orders, the server killed and restarted in the
+    middle, every order finishing correctly, and one order's history."""
+    import os
+
+    from ostinato.services.demo import run_demo
+    from ostinato.services.dev import DevOptions, dev_home
+
+    opts = DevOptions(home=home or dev_home(), port=port, kafka_port=kafka_port,
+                      external_kafka=os.environ.get("OSTINATO_KAFKA") or None)
+    run_demo(opts, _say, keep)
+
+
 @dev_app.command("stop")
 def dev_stop(
     wipe: Annotated[bool, typer.Option("--wipe", help="Also delete the local broker's data.")] = False,
