@@ -4,6 +4,7 @@ SIGKILL in the middle and restarted, and every order finishing correctly; then o
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import uuid
@@ -83,6 +84,9 @@ async def _run(opts: DevOptions, say: Callable[[str], None]) -> WorkflowHandle:
 
 
 def run_demo(opts: DevOptions, say: Callable[[str], None], keep: bool) -> None:
+    # The failing attempts are part of the story (a flaky payment, a missing stock): no tracebacks for them.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("ostinato.activity").setLevel(logging.ERROR)
     try:
         handle = asyncio.run(_run(opts, say))
         from ostinato.services.cli_workflow import show
