@@ -274,6 +274,20 @@ def _outcome(run_id: str, kind: str, attrs: Record) -> Record:
     return out
 
 
+@_handler
+async def describe_task_queue(request: web.Request) -> web.Response:
+    """Backlog (consumer lag) and the oldest waiting task's age per kind, and the workers in the queue's group."""
+    from ostinato.services.task_queues import describe_task_queue as describe
+
+    gateway = request.app[GATEWAY]
+    try:
+        found = await asyncio.get_running_loop().run_in_executor(
+            None, describe, gateway.bootstrap, gateway.settings.topic_prefix, request.match_info["task_queue"])
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return web.json_response(found)
+
+
 def install(app: web.Application, gateway: CommandGateway) -> None:
     app[GATEWAY] = gateway
     base = "/api/v1/namespaces/{namespace}/workflows"
@@ -284,3 +298,4 @@ def install(app: web.Application, gateway: CommandGateway) -> None:
     app.router.add_post(base + "/{workflow_id}/cancel", cancel)
     app.router.add_post(base + "/{workflow_id}/terminate", terminate)
     app.router.add_get(base + "/{workflow_id}/result", result)
+    app.router.add_get("/api/v1/namespaces/{namespace}/task-queues/{task_queue}", describe_task_queue)

@@ -263,3 +263,27 @@ def _payloads(payloads: list[dict[str, Any]]) -> str:
             out.append("<binary>")
     text = ", ".join(out)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+task_queue_app = typer.Typer(help="Inspect task queues.", no_args_is_help=True)
+
+
+@task_queue_app.command("describe")
+def describe_task_queue(
+    task_queue: Annotated[str, typer.Argument()],
+    server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+) -> None:
+    """Backlog and the oldest waiting task per kind (from consumer lag), and the workers serving the queue."""
+    found = _run(lambda: _call(server, "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
+                                              f"/task-queues/{urllib.parse.quote(task_queue, safe='')}"))
+    if output == "json":
+        _show(found, output)
+        return
+    table = Table("kind", "partitions", "backlog", "oldest waiting", title=f"task queue {task_queue}")
+    for kind in ("workflow", "activity"):
+        item = found[kind]
+        age = item["oldest_age_ms"]
+        table.add_row(kind, str(item["partitions"]), str(item["backlog"]),
+                      "" if age is None else f"{age / 1000:.1f}s")
+    console.print(table)
+    console.print(f"{len(found['workers'])} worker(s): " + ", ".join(w["client_id"] for w in found["workers"]))

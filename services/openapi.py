@@ -101,6 +101,9 @@ def spec() -> dict[str, Any]:
             {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         "/metrics": get("Prometheus metrics", []),
+        "/api/v1/namespaces/{namespace}/task-queues/{task_queue}": get(
+            "A task queue's backlog, oldest waiting task and workers",
+            [_NS, {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}], 400, 503),
     }
     return {
         "openapi": "3.0.3",

@@ -92,3 +92,38 @@ def test_bad_requests_get_the_error_model(api: tuple[ServerProcess, str], method
     got, body = call(server, method, path, raw=raw)
     assert (got, body["code"]) == (status, code), body
     assert body["message"] and isinstance(body["details"], dict)
+
+
+def test_task_queue_backlog_drains_when_a_worker_comes(kafka: KafkaCluster, api: tuple[ServerProcess, str]) -> None:
+    import asyncio
+
+    from ostinato.client import Client
+    from ostinato.sdk._http import HttpService
+    from ostinato.worker import Worker
+    from tests.e2e.cli_app import Shout
+
+    server, _ = api
+    queue = "cli-q"  # the queue tests.e2e.cli_app's Shout workflow runs on
+    ids = [f"tq-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    for wf in ids:
+        assert call(server, "POST", "/api/v1/namespaces/default/workflows",
+                    {"workflow_id": wf, "workflow_type": "Shout", "task_queue": queue, "input": ["x"]})[0] == 201
+    status, before = call(server, "GET", f"/api/v1/namespaces/default/task-queues/{queue}")
+    assert status == 200 and before["workflow"]["backlog"] == 3 and before["workers"] == []
+    assert before["workflow"]["oldest_age_ms"] is not None
+
+    async def serve() -> None:
+        async with await HttpService.connect(server.url) as service:
+            client = Client(service)
+            from tests.e2e.cli_app import shout
+
+            async with Worker(client, task_queue=queue, workflows=[Shout], activities=[shout]):
+                for wf in ids:
+                    assert await client.get_workflow_handle(wf).result() == "X"
+                _, during = call(server, "GET", f"/api/v1/namespaces/default/task-queues/{queue}")
+                assert len(during["workers"]) == 1
+
+    asyncio.run(asyncio.wait_for(serve(), 90))
+    status, after = call(server, "GET", f"/api/v1/namespaces/default/task-queues/{queue}")
+    assert after["workflow"]["backlog"] == 0 and after["activity"]["backlog"] == 0
+    assert call(server, "GET", "/api/v1/namespaces/default/task-queues/bad%20queue")[0] == 400

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from ostinato.connectors.query import QueryError, datetime_ms, evaluate, parse
 from ostinato.connectors.visibility_sqlite import (
@@ -291,3 +293,86 @@ def test_the_generated_workload_is_not_trivial(loaded: tuple[SqliteVisibilitySto
     _, rows = loaded
     sizes = [len(evaluate(parse(t, TYPES), rows)) for t in QUERIES]
     assert sum(1 for s in sizes if 0 < s < 1000) >= 25  # the queries select, they do not match all or nothing
+
+
+# ---------------------------------------------------------------------------------------------------- random queries
+
+_LITERALS: dict[str, st.SearchStrategy[str]] = {
+    "WorkflowType": st.sampled_from(["'Order'", "'Refund'", "'OrderV2'", "'Nope'"]),
+    "TaskQueue": st.sampled_from(["'orders'", "'payments'", "'eu-orders'"]),
+    "HistoryLength": st.integers(0, 410).map(str),
+    "StartTime": st.integers(0, 31).map(lambda h: f"'2026-01-01T{h % 24:02d}:00:00Z'"
+                                        if h < 24 else f"'2026-01-02T{h - 24:02d}:00:00'"),
+    "CloseTime": st.integers(0, 40).map(lambda h: f"'2026-01-0{1 + h // 24}T{h % 24:02d}:30:00Z'"),
+    "ExecutionDuration": st.sampled_from(["0", "1000", "60000", "'5m'", "'1h'", "'2h30m'"]),
+    "CustomerId": st.integers(0, 45).map(lambda i: f"'cust-{i:02d}'"),
+    "Amount": st.integers(-60, 510).map(str),
+    "Score": st.one_of(st.integers(-6, 11).map(str), st.sampled_from(["2.5", "-1.25", "7.0"])),
+    "DueAt": st.integers(0, 60).map(lambda d: f"'{datetime.fromtimestamp(T0 / 1000 + d * 86400, UTC).date()}'"),
+}
+_KEYWORDS = ("WorkflowType", "TaskQueue", "CustomerId")
+
+
+@st.composite
+def predicates(draw: st.DrawFn) -> str:
+    kind = draw(st.sampled_from(["cmp", "in", "between", "starts", "null", "status", "vip", "tags", "notes"]))
+    if kind == "status":
+        values = draw(st.lists(st.sampled_from(["'Running'", "'Completed'", "'Failed'", "'TimedOut'"]),
+                               min_size=1, max_size=3))
+        return (f"ExecutionStatus {draw(st.sampled_from(['=', '!=']))} {values[0]}" if len(values) == 1 else
+                f"ExecutionStatus {draw(st.sampled_from(['IN', 'NOT IN']))} ({', '.join(values)})")
+    if kind == "vip":
+        return f"Vip {draw(st.sampled_from(['=', '!=']))} {draw(st.sampled_from(['true', 'false']))}"
+    if kind == "tags":
+        tag = draw(st.sampled_from(["'red'", "'green'", "'rush'", "'eu'", "'nope'"]))
+        op = draw(st.sampled_from(["=", "!=", "IN", "NOT IN", "STARTS_WITH"]))
+        return f"Tags {op} ({tag}, 'us')" if "IN" in op else f"Tags {op} {tag}"
+    if kind == "notes":
+        text = " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=2)))
+        return f"Notes {draw(st.sampled_from(['=', '!=']))} '{text}'"
+    if kind == "null":
+        attr = draw(st.sampled_from(["CloseTime", "ExecutionDuration", "Amount", "Tags", "Notes", "DueAt"]))
+        return f"{attr} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
+    if kind == "starts":
+        attr = draw(st.sampled_from([*_KEYWORDS, "WorkflowId"]))
+        prefix = draw(st.sampled_from(["", "O", "Ord", "cust-0", "cust-1", "wf-0", "order/", "eu"]))
+        return f"{attr} STARTS_WITH '{prefix}'"
+    attr = draw(st.sampled_from(sorted(_LITERALS)))
+    lit = _LITERALS[attr]
+    if kind == "in":
+        values = ", ".join(draw(st.lists(lit, min_size=1, max_size=3)))
+        return f"{attr} {draw(st.sampled_from(['IN', 'NOT IN']))} ({values})"
+    if kind == "between":
+        return f"{attr} BETWEEN {draw(lit)} AND {draw(lit)}"
+    return f"{attr} {draw(st.sampled_from(['=', '!=', '<>', '>', '>=', '<', '<=']))} {draw(lit)}"
+
+
+def expressions() -> st.SearchStrategy[str]:
+    return st.recursive(predicates(), lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["AND", "OR"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        inner.map(lambda e: f"NOT {e}"),
+    ), max_leaves=5)
+
+
+_ORDERABLE = ["WorkflowId", "RunId", "WorkflowType", "ExecutionStatus", "StartTime", "CloseTime",
+              "ExecutionDuration", "TaskQueue", "HistoryLength", "CustomerId", "Amount", "Score", "Vip", "DueAt"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.one_of(st.just(""), expressions()),
+       order=st.lists(st.tuples(st.sampled_from(_ORDERABLE), st.sampled_from(["", " ASC", " DESC"])), max_size=3),
+       page_size=st.sampled_from([1000, 97, 251]))
+def test_random_queries_match_brute_force(loaded: tuple[SqliteVisibilityStore, Any], where: str,
+                                          order: list[tuple[str, str]], page_size: int) -> None:
+    store, rows = loaded
+    text = where + (" ORDER BY " + ", ".join(a + d for a, d in order) if order else "")
+    note(text)
+    expected = [(r["workflow_id"], r["run_id"]) for r in evaluate(parse(text, TYPES), rows)]
+    assert store.count(NS, text) == len(expected)
+    got, token = [], None
+    while True:
+        page, token = store.list(NS, text, page_size=page_size, next_page_token=token)
+        got += [(r["workflow_id"], r["run_id"]) for r in page]
+        if token is None:
+            break
+    assert got == expected
