@@ -63,9 +63,11 @@ class HttpService:
 
     @classmethod
     async def connect(cls, target: str, *, timeout: timedelta = timedelta(seconds=10),
-                      command_timeout: timedelta = COMMAND_TIMEOUT) -> HttpService:
-        """Check that an Ostinato server answers at `target` and learn its cluster settings."""
-        session = aiohttp.ClientSession()
+                      command_timeout: timedelta = COMMAND_TIMEOUT, api_key: str | None = None) -> HttpService:
+        """Check that an Ostinato server answers at `target` and learn its cluster settings. `api_key` is sent as a
+        bearer token (servers started with --auth-config require one)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        session = aiohttp.ClientSession(headers=headers)
         try:
             async with session.get(target.rstrip("/") + "/api/v1/cluster",
                                    timeout=aiohttp.ClientTimeout(total=timeout.total_seconds())) as resp:

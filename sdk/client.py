@@ -61,11 +61,11 @@ class Client:
 
     @classmethod
     async def connect(cls, target: str, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
-                      identity: str = "") -> Client:
-        """A client of the server at `target` (e.g. "http://127.0.0.1:7243")."""
+                      identity: str = "", api_key: str | None = None) -> Client:
+        """A client of the server at `target` (e.g. "http://127.0.0.1:7243"); `api_key` when the server has auth."""
         from ostinato.sdk._http import HttpService
 
-        service = await HttpService.connect(target)
+        service = await HttpService.connect(target, api_key=api_key)
         return cls(service, namespace=namespace, data_converter=data_converter, identity=identity)
 
     async def start_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, id: str, task_queue: str,

@@ -151,13 +151,30 @@ def server(
     advertise: Annotated[str, typer.Option(envvar="OSTINATO_ADVERTISE",
                                            help="URL other servers redirect owner reads to "
                                                 "(default http://HOST:PORT).")] = "",
+    auth_config: Annotated[Path | None, typer.Option("--auth-config", envvar="OSTINATO_AUTH_CONFIG",
+                                                     help="JSON tokens -> {namespace: role}; off if absent.")] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", envvar="OSTINATO_TLS_CERT")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", envvar="OSTINATO_TLS_KEY")] = None,
 ) -> None:
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
+    import ssl
+
+    from ostinato.services.auth import Auth, AuthConfigError
     from ostinato.services.server import load_context, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        auth = Auth.load(auth_config) if auth_config is not None else None
+    except AuthConfigError as exc:
+        raise ClusterError(str(exc)) from None
+    context = None
+    if tls_cert is not None or tls_key is not None:
+        if tls_cert is None or tls_key is None:
+            raise ClusterError("TLS needs both --tls-cert and --tls-key")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tls_cert, tls_key)
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
-          advertise=advertise)
+          advertise=advertise, auth=auth, ssl_context=context)
 
 
 @app.command("worker")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from ostinato import __version__
 from ostinato.infra.process import check_port_free
 from ostinato.schemas.cluster import ClusterSettings
+from ostinato.services.auth import Auth
 from ostinato.services.cluster import ClusterError, read_settings
 from ostinato.services.openapi import install as install_openapi
 from ostinato.services.ownership import OwnershipTable
@@ -56,8 +58,8 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 
 def create_app(ctx: ServerContext, reads: ReadContext | None = None,
-               registry: CollectorRegistry = REGISTRY) -> web.Application:
-    app = web.Application()
+               registry: CollectorRegistry = REGISTRY, auth: Auth | None = None) -> web.Application:
+    app = web.Application(middlewares=[auth.middleware] if auth is not None else [])
     app[_CLUSTER] = ctx
     app[_REGISTRY] = registry
     app.router.add_get("/api/v1/cluster", get_cluster)
@@ -89,7 +91,8 @@ def default_data_dir() -> Path:
 
 
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
-          data_dir: Path | None = None, processor: bool = True, advertise: str = "") -> None:
+          data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
+          ssl_context: ssl.SSLContext | None = None) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
     from ostinato.services.api import install as install_api
@@ -97,7 +100,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.processor import Processor, ProcessorOptions
 
     check_port_free(port, host, what="the Ostinato API")
-    endpoint = advertise or f"http://{host}:{port}"
+    endpoint = advertise or f"{'https' if ssl_context else 'http'}://{host}:{port}"
     ownership = OwnershipTable(ctx.bootstrap, ctx.settings.topic_prefix).start()
     proc: Processor | None = None
     thread: threading.Thread | None = None
@@ -121,12 +124,12 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     reads = ReadContext(ctx.settings.shards, proc, ownership, proc.owner_id if proc else "")
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
              ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, ", processor on" if proc else "")
-    app = create_app(ctx, reads)
+    app = create_app(ctx, reads, auth=auth)
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None)
+        web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context)
     finally:
         if proc is not None and thread is not None:
             proc.stop()

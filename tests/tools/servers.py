@@ -18,7 +18,7 @@ from ostinato.infra.process import free_ports
 
 class ServerProcess:
     def __init__(self, bootstrap: str, prefix: str, data_dir: Path, log: Path, *, port: int | None = None,
-                 env: dict[str, str] | None = None, processor: bool = True) -> None:
+                 env: dict[str, str] | None = None, processor: bool = True, extra_args: tuple[str, ...] = ()) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.data_dir = data_dir
@@ -26,6 +26,7 @@ class ServerProcess:
         self.port = port or free_ports(1)[0]
         self.env = env or {}
         self.processor = processor
+        self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_ms = 0
 
@@ -38,6 +39,7 @@ class ServerProcess:
                 "--port", str(self.port), "--data-dir", str(self.data_dir)]
         if not self.processor:
             argv.append("--no-processor")
+        argv.extend(self.extra_args)
         merged = {**os.environ, **self.env, **(env or {})}
         self.started_ms = int(time.time() * 1000)
         with self.log.open("ab") as out:

@@ -179,7 +179,9 @@ def test_unknown_attributes(text: str, position: int, token: str) -> None:
 @pytest.mark.parametrize(("text", "message", "position", "token"), [
     ("Amount = 'five'", "expected an integer", 9, "'five'"),
     ("Amount = 1.5", "expected an integer", 9, "1.5"),
-    ("Score = 'x'", "expected a number", 8, "'x'"),
+    ("Score = 'x'", "expected a finite number", 8, "'x'"),
+    ("Score > 1e400", "expected a finite number", 8, "1e400"),
+    ("Amount < 99999999999999999999", "does not fit in a 64-bit integer", 9, "99999999999999999999"),
     ("Vip = 1", "expected true or false", 6, "1"),
     ("Vip > true", "operator > does not apply", 4, ">"),
     ("CustomerId = 7", "expected a string", 13, "7"),

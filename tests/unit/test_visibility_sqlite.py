@@ -132,6 +132,17 @@ def test_rows_are_plain_dicts_with_decoded_search_attributes(store: SqliteVisibi
     assert store.count(NS, "DueAt > '2026-01-15'") == 1 and store.count(NS, "Amount >= 5") == 1
 
 
+def test_values_a_store_cannot_index_are_left_out_not_fatal(store: SqliteVisibilityStore) -> None:
+    put(store, record("a", search_attributes={
+        "Amount": sa(2**70, "Int"), "Score": {"metadata": {"encoding": b"json/plain", "type": b"Double"},
+                                               "data": b"NaN"},
+        "DueAt": sa("not a date", "Datetime"), "Vip": sa("yes", "Bool"), "Odd": sa({"a": 1}),
+        "Weird": sa(1, "Decimal")}))
+    got = store.get(NS, "a", "run-1")
+    assert got is not None and store.count(NS, "Amount IS NULL AND Score IS NULL AND DueAt IS NULL") == 1
+    assert set(got["search_attributes"]) == {"Amount", "Score", "DueAt", "Vip"}  # kept for display, not indexed
+
+
 def test_namespaces_are_separate(store: SqliteVisibilityStore) -> None:
     put(store, record("a", namespace="one"))
     put(store, record("a", namespace="two"))
