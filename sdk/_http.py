@@ -257,6 +257,29 @@ class HttpService:
 
     # -- workers ----------------------------------------------------------------------------------------------
 
+    async def list_page(self, namespace: str, query: str, page_size: int, token: str) -> tuple[list[Record], str]:
+        """A page of the visibility store's runs matching `query`, and the next page's token ("" at the end)."""
+        params = urlencode({k: v for k, v in {"query": query, "page_size": str(page_size),
+                                              "next_page_token": token}.items() if v})
+        body = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/workflows?{params}")
+        return body["executions"], body["next_page_token"]
+
+    async def count(self, namespace: str, query: str) -> int:
+        params = urlencode({"query": query} if query else {})
+        body = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/workflow-count?{params}")
+        return int(body["count"])
+
+    async def _get_json(self, path: str) -> Record:
+        try:
+            async with self.session.get(self.target + path, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                if resp.status != 200:
+                    raise await _error(resp, f"GET {path}")
+                found: Record = await resp.json()
+                return found
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise exc.RPCError(f"GET {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
+                               code="unavailable") from None
+
     async def run_worker(self, worker: Worker, stopping: asyncio.Event) -> None:
         """Serve the worker's task queue from Kafka (bootstrap, prefix and shards as the server told us)."""
         from ostinato.sdk._kafka_worker import KafkaWorkerLoop

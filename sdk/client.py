@@ -5,7 +5,7 @@ and wait for results. It talks to a `WorkflowService`: the HTTP API of a server,
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -15,7 +15,7 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk.common import RetryPolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 
-__all__ = ["Client", "WorkflowExecutionDescription", "WorkflowHandle", "WorkflowService"]
+__all__ = ["Client", "WorkflowExecution", "WorkflowExecutionDescription", "WorkflowHandle", "WorkflowService"]
 
 Record = dict[str, Any]
 Body = tuple[str, Record]
@@ -38,6 +38,28 @@ class WorkflowService(Protocol):
     async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
         """The closing event of the run (waits for it)."""
         ...
+
+
+@dataclass(frozen=True)
+class WorkflowExecution:
+    """A run as visibility lists it."""
+
+    id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    status: str
+    start_time_ms: int
+    close_time_ms: int | None
+    history_length: int
+    search_attributes: dict[str, Any]
+    raw: Record
+
+    @classmethod
+    def from_row(cls, row: Record) -> WorkflowExecution:
+        return cls(row["workflow_id"], row["run_id"], row["workflow_type"], row["task_queue"], row["status"],
+                   row["start_time_ms"], row.get("close_time_ms"), row["history_length"],
+                   dict(row.get("search_attributes") or {}), row)
 
 
 @dataclass(frozen=True)
@@ -104,6 +126,26 @@ class Client:
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
+
+    async def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
+        """Runs matching a visibility query (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`), page by
+        page. Visibility trails the engine by a moment: a run just started may not be listed yet."""
+        list_page = getattr(self.service, "list_page", None)
+        if list_page is None:
+            raise exc.RPCError(f"{type(self.service).__name__} has no visibility store (list needs a server)")
+        token = ""
+        while True:
+            rows, token = await list_page(self.namespace, query, page_size, token)
+            for row in rows:
+                yield WorkflowExecution.from_row(row)
+            if not token:
+                return
+
+    async def count_workflows(self, query: str = "") -> int:
+        count = getattr(self.service, "count", None)
+        if count is None:
+            raise exc.RPCError(f"{type(self.service).__name__} has no visibility store (count needs a server)")
+        return int(await count(self.namespace, query))
 
 
 class WorkflowHandle:

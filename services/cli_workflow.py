@@ -265,6 +265,48 @@ def _payloads(payloads: list[dict[str, Any]]) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+@app.command("list")
+def list_workflows(
+    query: Annotated[str, typer.Argument(help="e.g. \"WorkflowType = 'Order' AND ExecutionStatus = 'Running'\"")] = "",
+    limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 100,
+    server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+) -> None:
+    """Runs matching a visibility query, newest first unless the query orders them."""
+    rows: list[dict[str, Any]] = []
+    token = ""
+    while len(rows) < limit:
+        params = urllib.parse.urlencode({k: v for k, v in {"query": query, "page_size": str(min(1000, limit)),
+                                                           "next_page_token": token}.items() if v})
+        page = _run(lambda params=params: _call(server, "GET", f"/api/v1/namespaces/"
+                                                               f"{urllib.parse.quote(namespace, safe='')}/workflows?"
+                                                               f"{params}"))
+        rows.extend(page["executions"])
+        token = page["next_page_token"]
+        if not token:
+            break
+    rows = rows[:limit]
+    if output == "json":
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    table = Table("workflow id", "type", "status", "started", "closed", "events")
+    for row in rows:
+        table.add_row(row["workflow_id"], row["workflow_type"], row["status"], _when(row["start_time_ms"]),
+                      _when(row.get("close_time_ms")), str(row["history_length"]))
+    console.print(table)
+
+
+@app.command()
+def count(
+    query: Annotated[str, typer.Argument()] = "",
+    server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+) -> None:
+    """How many runs match a visibility query."""
+    params = urllib.parse.urlencode({"query": query} if query else {})
+    found = _run(lambda: _call(server, "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
+                                              f"/workflow-count?{params}"))
+    _show(found if output == "json" else found["count"], output)
+
+
 task_queue_app = typer.Typer(help="Inspect task queues.", no_args_is_help=True)
 
 

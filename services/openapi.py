@@ -71,6 +71,7 @@ def spec() -> dict[str, Any]:
             "requestBody": {"required": True, "content": {AVRO: {"schema": {"type": "string", "format": "binary"}}}},
             "responses": {"200": {"description": "The Reply", "content": {AVRO: {"schema": {
                 "type": "string", "format": "binary"}}}}, **_errors(400, 403, 413, 415, 503, 504)}}},
+        base + "#list": {},
         base: post("Start a workflow", _START, 400, 409, 413, 503, 504, params=[_NS],
                    ok={"201": {"description": "Started", "content": {JSON: {"schema": _obj({
                        "workflow_id": {"type": "string"}, "run_id": {"type": "string"},
@@ -101,10 +102,18 @@ def spec() -> dict[str, Any]:
             {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         "/metrics": get("Prometheus metrics", []),
+        "/api/v1/namespaces/{namespace}/workflow-count": get("How many runs match a query", [
+            _NS, {"name": "query", "in": "query", "schema": {"type": "string"}}], 400),
         "/api/v1/namespaces/{namespace}/task-queues/{task_queue}": get(
             "A task queue's backlog, oldest waiting task and workers",
             [_NS, {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}], 400, 503),
     }
+    paths.pop(base + "#list")
+    paths[base]["get"] = get("List runs matching a query (WorkflowType = 'x' AND ExecutionStatus = 'Running' "
+                             "ORDER BY StartTime DESC)", [
+        _NS, {"name": "query", "in": "query", "schema": {"type": "string"}},
+        {"name": "page_size", "in": "query", "schema": {"type": "integer"}},
+        {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400)["get"]
     return {
         "openapi": "3.0.3",
         "info": {"title": "Ostinato", "version": __version__,

@@ -98,6 +98,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.api import install as install_api
     from ostinato.services.gateway import CommandGateway
     from ostinato.services.processor import Processor, ProcessorOptions
+    from ostinato.services.visibility_api import install as install_visibility
 
     check_port_free(port, host, what="the Ostinato API")
     endpoint = advertise or f"{'https' if ssl_context else 'http'}://{host}:{port}"
@@ -128,6 +129,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway
+    install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
+                       (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite")
     try:
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context)
     finally:

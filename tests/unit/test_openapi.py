@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.api import install as install_api
 from ostinato.services.gateway import CommandGateway
 from ostinato.services.openapi import spec
 from ostinato.services.server import ServerContext, create_app
+from ostinato.services.visibility_api import install as install_visibility
 
 SETTINGS = ClusterSettings("p", 2, 1, 8, 0, "test")
 
 
-def _routes() -> set[tuple[str, str]]:
+def _routes(tmp_path: Path) -> set[tuple[str, str]]:
     app = create_app(ServerContext("127.0.0.1:1", SETTINGS))
     gateway = CommandGateway("127.0.0.1:1", SETTINGS)  # not started: only its routes are needed
     gateway.install(app)
     install_api(app, gateway)
+    install_visibility(app, "127.0.0.1:1", "p", tmp_path / "v.sqlite")  # not started: routes only
     return {(r.method.lower(), r.resource.canonical) for r in app.router.routes()
             if r.method != "HEAD" and r.resource is not None}
 
 
-def test_every_route_is_documented_and_every_documented_path_exists() -> None:
+def test_every_route_is_documented_and_every_documented_path_exists(tmp_path: Path) -> None:
     documented = {(method, path) for path, ops in spec()["paths"].items() for method in ops}
-    assert documented == _routes()
+    assert documented == _routes(tmp_path)
 
 
 def test_every_operation_documents_its_errors_with_the_error_model() -> None:
