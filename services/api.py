@@ -106,17 +106,23 @@ def _start_body(body: Record) -> Record:
 async def _send(request: web.Request, workflow_id: str, name: str, body: Record, *, run_id: str = "",
                 request_id: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, Record]:
     gateway = request.app[GATEWAY]
+    command = _command(request, workflow_id, name, body, run_id, request_id or uuid.uuid4().hex)
+    reply = await gateway.send(command, timeout_s)
+    _, record = codec.decode(reply)
+    branch: tuple[str, Record] = record["body"]
+    return branch
+
+
+def _command(request: web.Request, workflow_id: str, name: str, body: Record, run_id: str, request_id: str,
+             ) -> Record:
     command = {"namespace": request.match_info["namespace"], "workflow_id": workflow_id, "run_id": run_id,
-               "request_id": request_id or uuid.uuid4().hex, "identity": f"api@{request.remote or 'unknown'}",
+               "request_id": request_id, "identity": f"api@{request.remote or 'unknown'}",
                "time_ms": time.time_ns() // 1_000_000, "reply_partition": None, "body": (C + name, body)}
     try:
         codec.encode("ostinato.command.Command", command)
     except ValueError as exc:
         raise BadRequest(f"the request does not make a valid {name}: {exc}") from None
-    reply = await gateway.send(command, timeout_s)
-    _, record = codec.decode(reply)
-    branch: tuple[str, Record] = record["body"]
-    return branch
+    return command
 
 
 def _rejected(record: Record) -> web.Response:
@@ -151,6 +157,12 @@ async def start(request: web.Request) -> web.Response:
     """Start a workflow; 201 with its run id, 409 when the id is taken (per the reuse and conflict policies)."""
     body = await _body(request)
     workflow_id = _field(body, "workflow_id", str, required=True)
+    if not _field(body, "wait", bool, True):  # fire and forget: 202 once Kafka has the command
+        request_id = _field(body, "request_id", str, "") or uuid.uuid4().hex
+        command = _command(request, workflow_id, "StartWorkflowExecution", _start_body(body), "", request_id)
+        await request.app[GATEWAY].post(command, DEFAULT_TIMEOUT_S)
+        return web.json_response({"workflow_id": workflow_id, "request_id": request_id, "accepted": True},
+                                 status=202)
     kind, record = await _send(request, workflow_id, "StartWorkflowExecution", _start_body(body),
                                request_id=_field(body, "request_id", str, ""))
     if kind.endswith("Rejected"):

@@ -176,6 +176,25 @@ class CommandGateway:
 
     # -- the request ------------------------------------------------------------------------------------------
 
+    async def post(self, command: dict[str, Any], timeout_s: float) -> None:
+        """Produce `command` without waiting for the engine's answer (fire and forget: bulk starts); returns once
+        Kafka has it, so it will be processed."""
+        command["reply_partition"] = None
+        data = codec.encode(COMMAND, command)
+        key = workflow_key(command["namespace"], command["workflow_id"])
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            error = None if err is None else GatewayError(f"producing to {self.commands_topic}: {err.str()}")
+            self._complete(future, b"" if err is None else None, error)
+
+        try:
+            self.producer.produce(self.commands_topic, data, key.encode(),
+                                  partition=partition_for(key, self.settings.shards), on_delivery=delivered)
+        except BufferError:
+            raise GatewayError("the producer's queue is full; retry shortly") from None
+        await asyncio.wait_for(future, timeout_s)
+
     async def send(self, command: dict[str, Any], timeout_s: float) -> bytes:
         """Produce `command` (its request id set, its reply partition overwritten) and return the Reply bytes.
 

@@ -127,3 +127,16 @@ def test_task_queue_backlog_drains_when_a_worker_comes(kafka: KafkaCluster, api:
     status, after = call(server, "GET", f"/api/v1/namespaces/default/task-queues/{queue}")
     assert after["workflow"]["backlog"] == 0 and after["activity"]["backlog"] == 0
     assert call(server, "GET", "/api/v1/namespaces/default/task-queues/bad%20queue")[0] == 400
+
+
+def test_fire_and_forget_starts(api: tuple[ServerProcess, str]) -> None:
+    server, _ = api
+    ids = [f"bulk-{uuid.uuid4().hex[:6]}" for _ in range(20)]
+    for wf in ids:
+        status, body = call(server, "POST", "/api/v1/namespaces/default/workflows",
+                            {"workflow_id": wf, "workflow_type": "Bulk", "task_queue": "bulk-q", "wait": False})
+        assert status == 202 and body["accepted"] and body["request_id"]
+    for wf in ids:  # each was applied: a synchronous duplicate start now finds it running
+        status, body = call(server, "POST", "/api/v1/namespaces/default/workflows",
+                            {"workflow_id": wf, "workflow_type": "Bulk", "task_queue": "bulk-q"})
+        assert status == 409, body
