@@ -20,6 +20,7 @@ from aiohttp import web
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key
 from ostinato.services.gateway import CommandGateway, GatewayError
+from ostinato.services.namespaces_api import unknown_namespace
 from ostinato.services.reads import _run_id, _store_or_redirect, error
 from ostinato.services.store import Family, ShardStore
 from ostinato.streams.model import decode_run
@@ -136,6 +137,9 @@ def _rejected(record: Record) -> web.Response:
 def _handler(fn: Any) -> Any:
     """Turn the request-level exceptions into the one error model."""
     async def wrapped(request: web.Request) -> web.StreamResponse:
+        missing = unknown_namespace(request)
+        if missing is not None:
+            return missing
         try:
             response: web.StreamResponse = await fn(request)
             return response

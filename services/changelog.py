@@ -67,9 +67,9 @@ class ChangelogApplier:
     """Folds state and history changelog records into a write set, reading earlier values through `lookup`
     (the write set itself first, then the store)."""
 
-    def __init__(self, lookup: Lookup, config: Config) -> None:
+    def __init__(self, lookup: Lookup, config: Config, config_for: Callable[[str], Config] | None = None) -> None:
         self._lookup = lookup
-        self._config = config
+        self._config_for = config_for or (lambda namespace: config)
         self.writes = empty_writes()
 
     def get(self, family: Family, key: bytes) -> bytes | None:
@@ -82,11 +82,12 @@ class ChangelogApplier:
             ns, wf, _ = parts
             old = self.get(Family.STATE, key)
             timers = self.writes[Family.TIMERS]
+            config = self._config_for(ns)
             if old is not None:
-                for d in deadlines(decode_run(old), self._config):
+                for d in deadlines(decode_run(old), config):
                     timers[timer_key(ns, wf, d)] = None
             if value is not None:
-                for d in deadlines(decode_run(value), self._config):
+                for d in deadlines(decode_run(value), config):
                     timers[timer_key(ns, wf, d)] = b""
         self.writes[Family.STATE][key] = value
 

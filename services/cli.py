@@ -23,7 +23,7 @@ from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.cli_check import app as check_app
 from ostinato.services.cli_replay import replay as replay_command
 from ostinato.services.cli_workflow import app as workflow_app
-from ostinato.services.cli_workflow import task_queue_app
+from ostinato.services.cli_workflow import namespace_app, task_queue_app
 from ostinato.services.cluster import ClusterError, cluster_status, init_cluster
 from ostinato.services.kafka_clients import KafkaUnavailable
 from ostinato.services.server import DEFAULT_API_PORT, DEFAULT_HOST
@@ -44,6 +44,7 @@ app.add_typer(infra_app, name="infra")
 app.add_typer(check_app, name="check")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(task_queue_app, name="task-queue")
+app.add_typer(namespace_app, name="namespace")
 app.command("replay")(replay_command)
 infra_app.add_typer(kafka_app, name="kafka")
 

@@ -329,3 +329,40 @@ def describe_task_queue(
                       "" if age is None else f"{age / 1000:.1f}s")
     console.print(table)
     console.print(f"{len(found['workers'])} worker(s): " + ", ".join(w["client_id"] for w in found["workers"]))
+
+
+namespace_app = typer.Typer(help="Register and inspect namespaces.", no_args_is_help=True)
+
+
+@namespace_app.command("register")
+def register_namespace(
+    name: Annotated[str, typer.Argument()],
+    retention_days: Annotated[float, typer.Option("--retention-days", help="Keep closed runs this long.")] = 7.0,
+    description: Annotated[str, typer.Option()] = "",
+    owner_email: Annotated[str, typer.Option("--owner-email")] = "",
+    server: ServerOpt = DEFAULT_SERVER, output: OutputOpt = "table",
+) -> None:
+    """Register a namespace (the first registration of a name wins)."""
+    _show(_run(lambda: _call(server, "POST", "/api/v1/namespaces", {
+        "name": name, "retention_days": retention_days, "description": description, "owner_email": owner_email})),
+        output)
+
+
+@namespace_app.command("list")
+def list_namespaces(server: ServerOpt = DEFAULT_SERVER, output: OutputOpt = "table") -> None:
+    """Every namespace, `default` included."""
+    found = _run(lambda: _call(server, "GET", "/api/v1/namespaces"))["namespaces"]
+    if output == "json":
+        print(json.dumps(found, indent=2))
+        return
+    table = Table("namespace", "retention", "description")
+    for item in found:
+        table.add_row(item["name"], f"{item['retention_ms'] / 86_400_000:g} days", item["description"])
+    console.print(table)
+
+
+@namespace_app.command("describe")
+def describe_namespace(name: Annotated[str, typer.Argument()], server: ServerOpt = DEFAULT_SERVER,
+                       output: OutputOpt = "table") -> None:
+    """A namespace and its retention."""
+    _show(_run(lambda: _call(server, "GET", f"/api/v1/namespaces/{urllib.parse.quote(name, safe='')}")), output)

@@ -33,6 +33,7 @@ from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
 from ostinato.services.kafka_clients import idempotent_producer, reader
+from ostinato.services.namespaces_api import NAMESPACES
 from ostinato.services.reads import error
 
 log = logging.getLogger("ostinato.gateway")
@@ -253,6 +254,9 @@ class CommandGateway:
             return error(400, "malformed", f"the body is not a readable {COMMAND}: {exc}")
         if name != COMMAND:
             return error(400, "malformed", f"expected a {COMMAND}, found {name}")
+        spaces = request.app.get(NAMESPACES)
+        if spaces is not None and not spaces.known(command["namespace"]):
+            return error(404, "namespace_not_found", f"no namespace {command['namespace']!r}; register it first")
         refused = internal_origin(command["body"])
         if refused is not None:
             return error(403, "forbidden", f"{refused}: it cannot be sent through the API",

@@ -103,6 +103,13 @@ def spec() -> dict[str, Any]:
             {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         "/metrics": get("Prometheus metrics", []),
+        "/api/v1/namespaces": {**get("Every namespace (default included)", []),
+                               **post("Register a namespace", _obj({
+                                   "name": {"type": "string"}, "retention_days": {"type": "number"},
+                                   "retention_ms": {"type": "integer"}, "description": {"type": "string"},
+                                   "owner_email": {"type": "string"}}, ["name"]), 400, 409, 503, params=[],
+                                   ok={"201": {"description": "Registered"}})},
+        "/api/v1/namespaces/{namespace}": get("A namespace and its retention", [_NS], 404),
         "/api/v1/namespaces/{namespace}/workflow-count": get("How many runs match a query", [
             _NS, {"name": "query", "in": "query", "schema": {"type": "string"}}], 400),
         "/api/v1/namespaces/{namespace}/task-queues/{task_queue}": get(

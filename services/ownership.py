@@ -1,4 +1,5 @@
-"""Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`).
+"""Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`), and which namespaces
+are registered (keys `namespace/<name>`).
 
 Owners write their ShardOwner record inside a processing transaction, so a fenced zombie's claim is never
 visible; the latest committed record per shard is the current owner.
@@ -17,6 +18,8 @@ from ostinato.services.kafka_clients import reader
 
 log = logging.getLogger("ostinato.ownership")
 SHARD_OWNER = "ostinato.cluster.ShardOwner"
+NAMESPACE = "ostinato.cluster.Namespace"
+DEFAULT_NAMESPACE = "default"
 
 
 class OwnershipTable:
@@ -26,6 +29,8 @@ class OwnershipTable:
         self._consumer = reader(bootstrap, f"{prefix}-ownership")
         self._topic = topic_name(prefix, Topic.CLUSTER)
         self._owners: dict[int, dict[str, object]] = {}
+        self._namespaces: dict[str, dict[str, object]] = {}
+        self.caught_up = threading.Event()  # the topic was read to its end once
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ostinato-ownership", daemon=True)
@@ -48,6 +53,14 @@ class OwnershipTable:
         with self._lock:
             return dict(self._owners)
 
+    def namespace(self, name: str) -> dict[str, object] | None:
+        with self._lock:
+            return self._namespaces.get(name)
+
+    def namespaces(self) -> dict[str, dict[str, object]]:
+        with self._lock:
+            return dict(self._namespaces)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             msg = self._consumer.poll(0.5)
@@ -57,9 +70,11 @@ class OwnershipTable:
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("reading %s: %s", self._topic, err.str())
+                else:
+                    self.caught_up.set()
                 continue
             key = (msg.key() or b"").decode(errors="replace")
-            if not key.startswith("shard/") or msg.value() is None:
+            if not key.startswith(("shard/", "namespace/")) or msg.value() is None:
                 continue
             try:
                 name, record = codec.decode(msg.value() or b"")
@@ -69,3 +84,6 @@ class OwnershipTable:
             if name == SHARD_OWNER:
                 with self._lock:
                     self._owners[int(record["shard"])] = record
+            elif name == NAMESPACE:
+                with self._lock:
+                    self._namespaces.setdefault(str(record["name"]), record)  # the first registration wins

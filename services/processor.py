@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ class ProcessorOptions:
     session_timeout_ms: int = 10_000
     restore_write_every: int = 5_000
     config: Config = field(default_factory=Config)
+    config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
 
     @classmethod
     def from_env(cls, data_dir: Path, read_endpoint: str = "") -> ProcessorOptions:
@@ -189,11 +191,12 @@ class Processor:
         store, result = open_and_restore(
             path, index, self.state_topic, self.history_topic, self._restorer, self.options.config,
             now_ms=wall_ms, write_every=self.options.restore_write_every,
-            on_batch=lambda n: self.faults.hit("mid-restore"))
+            on_batch=lambda n: self.faults.hit("mid-restore"), config_for=self.options.config_for)
         self.metrics.restore_seconds.observe(result.seconds)
         self.metrics.restore_records.inc(result.records)
         with self._lock:
-            self.shards[index] = Shard(index, store, self.topology, self.options.config)
+            self.shards[index] = Shard(index, store, self.topology, self.options.config,
+                                       config_for=self.options.config_for)
         self._announce.add(index)
         log.info("shard %d: owned by %s (restored %d records in %.2fs)", index, self.owner_id, result.records,
                  result.seconds)

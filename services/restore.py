@@ -63,7 +63,7 @@ def checkpoint_offsets(store: ShardStore) -> tuple[int, int]:
 def open_and_restore(path: Path, shard: int, state_topic: str, history_topic: str, consumer: Consumer,
                      config: Config, *, now_ms: Callable[[], int], timeout_s: float = 120.0,
                      write_every: int = WRITE_EVERY, on_batch: Callable[[int], None] = lambda n: None,
-                     ) -> tuple[RocksStore, RestoreResult]:
+                     config_for: Callable[[str], Config] | None = None) -> tuple[RocksStore, RestoreResult]:
     """Open the shard's store at `path` and bring it up to the end of its changelog partitions.
 
     `consumer` must be a read_committed consumer with `enable.partition.eof` and `auto.offset.reset=error`, so a
@@ -81,7 +81,7 @@ def open_and_restore(path: Path, shard: int, state_topic: str, history_topic: st
             store = open_rocks(path)
         try:
             records = _catch_up(store, tps, checkpoint_offsets(store), consumer, config, now_ms,
-                                started + timeout_s, write_every, on_batch)
+                                started + timeout_s, write_every, on_batch, config_for)
             break
         except _OutOfRange as exc:
             if reason:
@@ -114,12 +114,12 @@ def _stale_reason(store: ShardStore, now_ms: int) -> str:
 
 def _catch_up(store: ShardStore, tps: list[TopicPartition], offsets: tuple[int, int], consumer: Consumer,
               config: Config, now_ms: Callable[[], int], deadline: float, write_every: int,
-              on_batch: Callable[[int], None]) -> int:
+              on_batch: Callable[[int], None], config_for: Callable[[str], Config] | None = None) -> int:
     state_tp, history_tp = tps
     consumer.assign([TopicPartition(tp.topic, tp.partition, off) for tp, off in zip(tps, offsets, strict=True)])
     next_offsets = {state_tp.topic: offsets[0], history_tp.topic: offsets[1]}
     reached_eof: dict[str, int] = {}  # topic -> offset of its latest end-of-partition event
-    applier = ChangelogApplier(store.get, config)
+    applier = ChangelogApplier(store.get, config, config_for)
     pending = total = 0
     try:
         while not _at_end(consumer, tps, reached_eof, next_offsets):
@@ -146,7 +146,7 @@ def _catch_up(store: ShardStore, tps: list[TopicPartition], offsets: tuple[int, 
             if pending >= write_every:
                 total += pending
                 _flush(store, applier, next_offsets, state_tp.topic, history_tp.topic, now_ms())
-                applier = ChangelogApplier(store.get, config)
+                applier = ChangelogApplier(store.get, config, config_for)
                 pending = 0
                 on_batch(total)
         total += pending

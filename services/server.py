@@ -97,19 +97,26 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
     from ostinato.services.api import install as install_api
     from ostinato.services.gateway import CommandGateway
+    from ostinato.services.namespaces_api import Namespaces
+    from ostinato.services.namespaces_api import config_for as namespace_config
+    from ostinato.services.namespaces_api import install as install_namespaces
     from ostinato.services.processor import Processor, ProcessorOptions
     from ostinato.services.visibility_api import install as install_visibility
+    from ostinato.streams.config import Config
 
     check_port_free(port, host, what="the Ostinato API")
     endpoint = advertise or f"{'https' if ssl_context else 'http'}://{host}:{port}"
     ownership = OwnershipTable(ctx.bootstrap, ctx.settings.topic_prefix).start()
+    if not ownership.caught_up.wait(30):  # namespaces' retention must be known before any shard restores
+        log.warning("%s.cluster was not read to its end in 30s; namespaces may be missing for a moment",
+                    ctx.settings.topic_prefix)
     proc: Processor | None = None
     thread: threading.Thread | None = None
     failed = threading.Event()
     if processor:
-        proc = Processor(ctx.bootstrap, ctx.settings,
-                         ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint),
-                         registry=REGISTRY)
+        options = ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint)
+        options.config_for = namespace_config(ownership, options.config)
+        proc = Processor(ctx.bootstrap, ctx.settings, options, registry=REGISTRY)
 
         def run_processor() -> None:
             assert proc is not None
@@ -129,6 +136,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway
+    install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, Config().retention_ms))
     install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
                        (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite")
     try:

@@ -103,8 +103,9 @@ class Shard:
     """The owner's view of one shard: committed store + the batch's overlay."""
 
     def __init__(self, index: int, store: ShardStore, topology: Topology, config: Config,
-                 cache_size: int = CACHE_SIZE) -> None:
+                 cache_size: int = CACHE_SIZE, config_for: Callable[[str], Config] | None = None) -> None:
         self.index = index
+        self.config_for = config_for or (lambda namespace: config)  # per-namespace settings (retention)
         self.store = store
         self.topology = topology
         self.config = config
@@ -192,7 +193,7 @@ class Shard:
         key = (command["namespace"], command["workflow_id"])
         try:
             workflow = self._load(*key)
-            step = decide(workflow, command, now_ms, self.config, offset=offset)
+            step = decide(workflow, command, now_ms, self.config_for(key[0]), offset=offset)
             if step.rejection is not None:
                 self.rejections.append(Rejection(step.rejection["code"], step.rejection["message"], command))
                 self._working.pop(key, None)  # a rejection changes nothing: reload rather than trust the object
@@ -342,7 +343,8 @@ class Shard:
         ns, wf, t = run.namespace, run.workflow_id, self.topology
         history = HistoryView(self, run)
         if isinstance(action, DispatchWorkflowTask):
-            task = records.workflow_task(run, action, history, self.config)  # type: ignore[arg-type]
+            task = records.workflow_task(run, action, history,  # type: ignore[arg-type]
+                                         self.config_for(run.namespace))
             if task is not None:
                 topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
                 key = workflow_key(ns, wf)

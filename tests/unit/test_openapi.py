@@ -7,6 +7,8 @@ from pathlib import Path
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.api import install as install_api
 from ostinato.services.gateway import CommandGateway
+from ostinato.services.namespaces_api import Namespaces
+from ostinato.services.namespaces_api import install as install_namespaces
 from ostinato.services.openapi import spec
 from ostinato.services.server import ServerContext, create_app
 from ostinato.services.visibility_api import install as install_visibility
@@ -20,6 +22,7 @@ def _routes(tmp_path: Path) -> set[tuple[str, str]]:
     gateway.install(app)
     install_api(app, gateway)
     install_visibility(app, "127.0.0.1:1", "p", tmp_path / "v.sqlite")  # not started: routes only
+    install_namespaces(app, Namespaces(None, gateway, "p", 1))  # type: ignore[arg-type]
     return {(r.method.lower(), r.resource.canonical) for r in app.router.routes()
             if r.method != "HEAD" and r.resource is not None}
 

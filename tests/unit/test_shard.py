@@ -416,3 +416,19 @@ def test_the_workflow_cache_never_keeps_what_an_abort_rolled_back(shard: Shard) 
     shard.process(signal_command(WF, "third", request_id="x"), 2, NOW + 3)
     fresh.process(signal_command(WF, "third", request_id="x"), 2, NOW + 3)
     assert [(o.topic, o.key, o.value) for o in shard.outputs] == [(o.topic, o.key, o.value) for o in fresh.outputs]
+
+
+def test_each_namespace_closes_runs_with_its_own_retention(shard: Shard) -> None:
+    """The retention deadline of a closed run comes from its namespace's settings."""
+    from dataclasses import replace
+
+    from ostinato.services.changelog import parse_timer_key
+
+    short = replace(CONFIG, retention_ms=60_000)
+    scoped = Shard(HOME, MemoryStore(), topology(S), CONFIG, config_for=lambda ns: short if ns == NS else CONFIG)
+    task = started(scoped)
+    scoped.process(complete_command(task, COMPLETE), 1, NOW + 500)
+    commit(scoped)
+    retention = [d for _, _, d in (parse_timer_key(k) for k in family(scoped.store, Family.TIMERS))
+                 if d.kind == "RETENTION"]
+    assert [d.fire_at_ms for d in retention] == [NOW + 500 + 60_000]
