@@ -87,6 +87,7 @@ def run_demo(opts: DevOptions, say: Callable[[str], None], keep: bool) -> None:
     # The failing attempts are part of the story (a flaky payment, a missing stock): no tracebacks for them.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("ostinato.activity").setLevel(logging.ERROR)
+    logging.getLogger("ostinato.kafka").setLevel(logging.ERROR)  # librdkafka's retries while a broker warms up
     try:
         handle = asyncio.run(_run(opts, say))
         from ostinato.services.cli_workflow import show
