@@ -1,8 +1,8 @@
 """Bearer-token auth for the API (off unless a config file is given; `ostinato dev` runs without it).
 
 The config is JSON: `{"tokens": {"<token>": {"<namespace or *>": "reader|writer|admin"}}}`. Readers may GET,
-writers may also POST (workflow operations, the SDK's command path), admins everything (namespace administration
-when it lands). Cluster discovery (and shard owners), the OpenAPI document
+writers may also POST (workflow operations, the SDK's command path), admins everything, including registering
+namespaces. Cluster discovery (and shard owners), the OpenAPI document
 and metrics stay open (workers and scrapers need them before they hold a token).
 """
 
@@ -65,6 +65,8 @@ class Auth:
         if role is None:
             return error(401, "unauthenticated", "unknown token, or no access to this namespace")
         needed = "reader" if request.method in ("GET", "HEAD") else "writer"
+        if request.method == "POST" and request.path == "/api/v1/namespaces":
+            needed = "admin"  # registering namespaces is administration
         if ROLES.index(role) < ROLES.index(needed):
             return error(403, "permission_denied", f"this token is a {role} of {namespace!r}; {needed} is needed",
                          role=role, needed=needed)

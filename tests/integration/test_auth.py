@@ -31,7 +31,8 @@ def _call(url: str, method: str, token: str | None, body: Any = None) -> int:
 def test_tokens_and_roles(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
     init_cluster(kafka.bootstrap, topic_prefix, shards=1)
     config = tmp_path / "auth.json"
-    config.write_text(json.dumps({"tokens": {"r-token": {"default": "reader"}, "w-token": {"*": "writer"}}}))
+    config.write_text(json.dumps({"tokens": {"r-token": {"default": "reader"}, "w-token": {"*": "writer"},
+                                             "a-token": {"*": "admin"}}}))
     server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
                            extra_args=("--auth-config", str(config))).start()
     try:
@@ -44,6 +45,9 @@ def test_tokens_and_roles(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path
         assert _call(base, "POST", "w-token", start) == 201
         assert _call(f"{base}/{start['workflow_id']}", "GET", "r-token") == 200
         assert _call(f"{server.url}/api/v1/namespaces/other/workflows/x", "GET", "r-token") == 401
+        space = {"name": f"ns-{uuid.uuid4().hex[:4]}", "retention_days": 1}
+        assert _call(f"{server.url}/api/v1/namespaces", "POST", "w-token", space) == 403
+        assert _call(f"{server.url}/api/v1/namespaces", "POST", "a-token", space) == 201
 
         async def sdk() -> None:
             with_key = await Client.connect(server.url, api_key="w-token")
