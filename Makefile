@@ -21,6 +21,7 @@ test: lint kafka-fetch
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	VENV=$(VENV) .ci/check-layers
+	VENV=$(VENV) .ci/check-types
 
 kafka-fetch: $(STAMP)
 	$(VENV)/bin/ostinato infra kafka fetch >/dev/null

@@ -142,8 +142,17 @@ def union_tag_checker(schema: Any) -> Checker | None:
             if inner is None:
                 return None
             if kind == "array":
-                return lambda v, path: [inner(x, f"{path}[{i}]") for i, x in enumerate(v)] and None
-            return lambda v, path: [inner(x, f"{path}[{k!r}]") for k, x in v.items()] and None
+                def each_item(v: Any, path: str) -> None:
+                    for i, x in enumerate(v):
+                        inner(x, f"{path}[{i}]")
+
+                return each_item
+
+            def each_value(v: Any, path: str) -> None:
+                for k, x in v.items():
+                    inner(x, f"{path}[{k!r}]")
+
+            return each_value
         if kind != "record":
             return None
         full = s["name"] if "." in s["name"] else f"{s.get('namespace', ns)}.{s['name']}".lstrip(".")
@@ -327,7 +336,7 @@ class SchemaRegistry:
         return writer.name, record
 
 
-_NAMED_UNIONS = {"return_record_name": True, "return_record_name_override": True}
+_NAMED_UNIONS: dict[str, Any] = {"return_record_name": True, "return_record_name_override": True}
 
 
 def _restore_union_names(named: Any, resolved: Any) -> Any:

@@ -70,7 +70,7 @@ def build(cls: type, name: str | None) -> WorkflowDefinition:
 
 def definition_of(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition:
     """The definition of a workflow class, or of the class owning a `@workflow.run` method."""
-    target = workflow
+    target: Any = workflow
     if not isinstance(target, type):
         owner = getattr(target, "__qualname__", "").rpartition(".")[0]
         module = inspect.getmodule(target)

@@ -122,7 +122,8 @@ class WorkflowInstance:
         self.defn = defn
         self.namespace, self.workflow_id, self.run_id = namespace, workflow_id, run_id
         self.converter = converter
-        self.loop = WorkflowLoop(self)
+        # typeshed marks every loop method abstract; the ones workflows may not use raise at runtime instead.
+        self.loop = WorkflowLoop(self)  # type: ignore[abstract]
         self.random = random.Random(int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big"))
         self.info: WorkflowInfo | None = None
         self.obj: Any = None

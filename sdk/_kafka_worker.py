@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # stubs omit the re-export
 
 from ostinato.schemas import codec, partition_for
 from ostinato.schemas.keys import workflow_key
@@ -117,7 +117,8 @@ class KafkaWorkerLoop:
 
     def _ensure_topics(self, replication_factor: int) -> None:
         """Task topics are created on first use, by the processor or by the first worker, whichever comes first."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": log})
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": log}
+        admin = AdminClient(config)
         specs = [task_topic_spec(self.prefix, self.worker.task_queue, kind, replication_factor) for kind in TaskKind]
         present = admin.list_topics(timeout=30).topics
         missing = [NewTopic(s.name, s.partitions, replication_factor, config=s.configs) for s in specs
@@ -136,14 +137,15 @@ class KafkaWorkerLoop:
         self.producer = Producer({"bootstrap.servers": self.bootstrap, "logger": log, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 2, "message.max.bytes": MAX_RECORD_BYTES})
         self.replies = Replies(self.bootstrap, self.replies_topic, random.randrange(self.reply_partitions), loop)
-        consumer = Consumer({
+        settings: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "logger": log,
             "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
             "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": 20,
             # A dead worker's partitions move on after 10 s (librdkafka's default is 45 s of stranded tasks).
             "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
-            "fetch.max.bytes": MAX_RECORD_BYTES * 2})
+            "fetch.max.bytes": MAX_RECORD_BYTES * 2}
+        consumer = Consumer(settings)
         topics = ([self.workflow_topic] if self.worker.workflow_handler is not None else []) + \
                  ([self.activity_topic] if self.worker.activity_executor is not None else [])
         consumer.subscribe(topics)
@@ -164,9 +166,10 @@ class KafkaWorkerLoop:
     # -- tasks ----------------------------------------------------------------------------------------------------
 
     async def _dispatch(self, msg: Message) -> None:
-        if msg.error() is not None:
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                log.warning("consuming %s: %s", msg.topic(), msg.error().str())
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consuming %s: %s", msg.topic(), err.str())
             return
         try:
             name, task = codec.decode(msg.value() or b"")

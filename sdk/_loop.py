@@ -69,13 +69,13 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def time(self) -> float:
         return self._now_s
 
-    def call_soon(self, callback: Callable[..., Any], *args: Any,
+    def call_soon(self, callback: Callable[..., Any], *args: Any,  # type: ignore[override]  # typeshed: TypeVarTuple
                   context: contextvars.Context | None = None) -> asyncio.Handle:
         handle = asyncio.Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,  # type: ignore[override]
                    context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if delay <= 0:
             handle = _TimerHandle(self._now_s, callback, args, self, context)
@@ -90,7 +90,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         handle._cancel_timer = self._timers.start_timer(delay, fire)
         return handle
 
-    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,  # type: ignore[override]
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         return self.call_later(when - self._now_s, callback, *args, context=context)
 

@@ -114,7 +114,7 @@ class Client:
         name_, record = reply
         if name_.endswith("Rejected"):
             if record["code"] == "ALREADY_STARTED":
-                raise exc.WorkflowAlreadyStartedError(id, body["workflow_type"], record["existing_run_id"])
+                raise exc.WorkflowAlreadyStartedError(id, name, str(record["existing_run_id"]))
             raise exc.RPCError(record["message"], code=record["code"])
         return WorkflowHandle(self, id, run_id=record["run_id"], first_execution_run_id=record["run_id"],
                               result_type=result_type or hint)

@@ -8,6 +8,7 @@ view (`durable_record`).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -207,7 +208,7 @@ def to_record(run: RunState, durable_only: bool = False) -> Record:
     rec["workflow_task"] = None if hidden else _plain(task, durable_only)
     for name, key in _KEYS.items():
         items = getattr(run, name).values()
-        rec[name] = sorted((_plain(i, durable_only) for i in items), key=lambda r, k=key: r[k])
+        rec[name] = sorted((_plain(i, durable_only) for i in items), key=operator.itemgetter(key))
     return rec
 
 

@@ -74,7 +74,7 @@ def child_closed(w: Writer, body: Record) -> Step:
 def external_result(w: Writer, body: Record) -> Step:
     run = task_run(w)
     request = run.external_requests.get(body["initiated_event_id"]) if run is not None and run.open else None
-    if request is None:
+    if request is None or run is None:
         return w.reject("STALE_TASK", f"no external request initiated at event {body['initiated_event_id']}")
     execution = {"workflow_id": request.workflow_id, "run_id": request.run_id}
     common = {"initiated_event_id": request.initiated_event_id, "namespace": request.namespace,

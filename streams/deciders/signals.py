@@ -51,8 +51,12 @@ def signal(w: Writer, body: Record) -> Step:
 def deliver_signal(w: Writer, run: RunState, signal: Record, external: Record | None,
                    with_start: bool = False) -> Step:
     cmd = w.command
-    answer = (lambda: w.reply(("ostinato.reply.WorkflowStarted", {"run_id": run.run_id, "started": False}))
-              ) if with_start else (lambda: w.accept(run.run_id))
+    def answer() -> None:
+        if with_start:
+            w.reply(("ostinato.reply.WorkflowStarted", {"run_id": run.run_id, "started": False}))
+        else:
+            w.accept(run.run_id)
+
     if cmd["request_id"] in run.recent_request_ids:
         answer()  # a retried signal: applied once already
         return w.step
