@@ -23,7 +23,7 @@ import aiohttp
 
 from ostinato.schemas import codec
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk.client import Body
+from ostinato.sdk.client import CLOSING_EVENTS, Body
 
 if TYPE_CHECKING:
     from ostinato.sdk.worker import Worker
@@ -35,8 +35,6 @@ CONTENT_TYPE = "application/vnd.ostinato.command+avro"
 COMMAND = "ostinato.command.Command"
 REPLY = "ostinato.reply.Reply"
 STATE = "ostinato.state.MutableState"
-CLOSING = ("WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
-           "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT", "WORKFLOW_EXECUTION_CONTINUED_AS_NEW")
 COMMAND_TIMEOUT = timedelta(seconds=30)
 HISTORY_PAGE = 1000
 POLL_FIRST_S = 0.02
@@ -194,7 +192,7 @@ class HttpService:
                 pause = POLL_FIRST_S
                 if page["next_page_token"]:
                     continue
-            if last is not None and last["event_type"] in CLOSING:
+            if last is not None and last["event_type"] in CLOSING_EVENTS:
                 return last
             await asyncio.sleep(pause)
             pause = min(POLL_MAX_S, pause * 2)

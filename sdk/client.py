@@ -19,6 +19,9 @@ __all__ = ["Client", "WorkflowExecution", "WorkflowExecutionDescription", "Workf
 
 Record = dict[str, Any]
 Body = tuple[str, Record]
+CLOSING_EVENTS = frozenset({"WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
+                            "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT",
+                            "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"})  # what ends a run; `result()` waits for one
 C = "ostinato.command."
 
 

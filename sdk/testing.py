@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk.client import Body, Client
+from ostinato.sdk.client import CLOSING_EVENTS, Body, Client
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.engine import InMemoryEngine
@@ -26,8 +26,6 @@ __all__ = ["EngineService", "WorkflowEnvironment"]
 
 Record = dict[str, Any]
 IDLE_S = 0.001
-CLOSING = ("WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
-           "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT", "WORKFLOW_EXECUTION_CONTINUED_AS_NEW")
 
 
 class EngineService:
@@ -77,7 +75,7 @@ class EngineService:
         while True:
             self.engine.run_until_idle()
             history = self.engine.history(namespace, workflow_id, run_id)
-            if history and history[-1]["event_type"] in CLOSING:
+            if history and history[-1]["event_type"] in CLOSING_EVENTS:
                 return history[-1]
             if self.time_skipping and self.busy == 0 and not self.engine.has_queued_tasks():
                 self.engine.skip_time_until_idle()

@@ -85,25 +85,31 @@ def _run_id(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | 
     return None if pointer is None else decode_current(pointer).run_id
 
 
-async def describe(request: web.Request) -> web.Response:
+def _run_state(request: web.Request) -> tuple[ShardStore, str, bytes] | web.Response:
+    """The owner's store, the run id (named or current) and its state; or the redirect / 503 / 404 to answer."""
     store = _store_or_redirect(request)
     if isinstance(store, web.Response):
         return store
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     run_id = _run_id(store, ns, wf, request)
     data = store.get(Family.STATE, run_key(ns, wf, run_id).encode()) if run_id else None
-    if data is None:
+    if run_id is None or data is None:
         return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}"
                      + (f" with run {run_id!r}" if run_id else ""))
+    return store, run_id, data
+
+
+async def describe(request: web.Request) -> web.Response:
+    found = _run_state(request)
+    if isinstance(found, web.Response):
+        return found
+    _, _, data = found
     if request.query.get("format") == AVRO:
         return web.Response(body=data, content_type=STATE_CONTENT_TYPE)
     return web.json_response(jsonable(to_record(decode_run(data))))
 
 
 async def history(request: web.Request) -> web.Response:
-    store = _store_or_redirect(request)
-    if isinstance(store, web.Response):
-        return store
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     try:
         size = int(request.query.get("page_size", DEFAULT_PAGE_SIZE))
@@ -112,9 +118,10 @@ async def history(request: web.Request) -> web.Response:
         return error(400, "invalid_argument", "page_size and next_page_token must be whole numbers")
     if not 1 <= size <= MAX_PAGE_SIZE or first < 1:
         return error(400, "invalid_argument", f"page_size must be in [1, {MAX_PAGE_SIZE}] and the token positive")
-    run_id = _run_id(store, ns, wf, request)
-    if not run_id or store.get(Family.STATE, run_key(ns, wf, run_id).encode()) is None:
-        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
+    found = _run_state(request)
+    if isinstance(found, web.Response):
+        return found
+    store, run_id, _ = found
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
     raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
@@ -130,14 +137,10 @@ async def history(request: web.Request) -> web.Response:
 
 async def pending(request: web.Request) -> web.Response:
     """What the run waits for: activities, timers, children, external requests and its workflow task."""
-    store = _store_or_redirect(request)
-    if isinstance(store, web.Response):
-        return store
-    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
-    run_id = _run_id(store, ns, wf, request)
-    data = store.get(Family.STATE, run_key(ns, wf, run_id).encode()) if run_id else None
-    if data is None:
-        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
+    found = _run_state(request)
+    if isinstance(found, web.Response):
+        return found
+    _, run_id, data = found
     record = to_record(decode_run(data))
     keys = ("status", "workflow_task", "activities", "timers", "children", "external_requests")
     return web.json_response(jsonable({"run_id": run_id, **{k: record[k] for k in keys}}))

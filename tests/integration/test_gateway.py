@@ -27,7 +27,7 @@ from ostinato.sdk._http import HttpService
 from ostinato.sdk.client import Client
 from ostinato.services.cluster import init_cluster
 from ostinato.services.gateway import CONTENT_TYPE
-from tests.tools.servers import ServerProcess
+from tests.tools.servers import ServerProcess, two_servers
 
 SHARDS = 2
 C = "ostinato.command."
@@ -39,15 +39,8 @@ def servers(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
     prefix = f"t{uuid.uuid4().hex[:12]}"
     tmp: Path = tmp_path_factory.mktemp("gateway")
     init_cluster(kafka.bootstrap, prefix, shards=SHARDS, reply_partitions=1)
-    a = ServerProcess(kafka.bootstrap, prefix, tmp / "a", tmp / "a.log").start()
-    b = ServerProcess(kafka.bootstrap, prefix, tmp / "b", tmp / "b.log").start()
-    try:
-        a.wait_owning(1)
-        b.wait_owning(1)
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+    with two_servers(kafka.bootstrap, prefix, tmp) as pair:
+        yield pair
 
 
 def run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

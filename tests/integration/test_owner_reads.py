@@ -12,6 +12,7 @@ import pytest
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import shard_for
 from ostinato.services.cluster import init_cluster
+from tests.tools import servers as server_tools
 from tests.tools.servers import ServerProcess
 from tests.tools.worker import TestWorker
 from tests.tools.workload import start_workflows, wait_closed
@@ -37,15 +38,8 @@ def _raw(url: str) -> tuple[int, dict[str, str], bytes]:
 @pytest.fixture
 def two_servers(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path):
     init_cluster(kafka.bootstrap, topic_prefix, shards=SHARDS)
-    a = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "a", tmp_path / "a.log").start()
-    b = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "b", tmp_path / "b.log").start()
-    try:
-        a.wait_owning(1)
-        b.wait_owning(1)
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
+    with server_tools.two_servers(kafka.bootstrap, topic_prefix, tmp_path) as servers:
+        yield servers
 
 
 def test_reads_come_from_the_owner_and_others_redirect(kafka: KafkaCluster, topic_prefix: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +106,17 @@ class ServerProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+@contextlib.contextmanager
+def two_servers(bootstrap: str, prefix: str, home: Path, **options: Any) -> Iterator[tuple[ServerProcess, ...]]:
+    """Two servers of one cluster (data dirs and logs under `home`), each owning at least one shard."""
+    servers = tuple(ServerProcess(bootstrap, prefix, home / name, home / f"{name}.log", **options).start()
+                    for name in ("a", "b"))
+    try:
+        for server in servers:
+            server.wait_owning(1)
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
