@@ -25,6 +25,8 @@ lint: $(STAMP)
 
 kafka-fetch: $(STAMP)
 	$(VENV)/bin/ostinato infra kafka fetch >/dev/null
+	$(VENV)/bin/ostinato infra opensearch fetch >/dev/null
+	$(VENV)/bin/ostinato infra s3 fetch >/dev/null
 
 install: $(STAMP)
 
@@ -33,7 +35,7 @@ $(STAMP): pyproject.toml setup.py
 	python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ is needed" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,analytics]'
 	touch $(STAMP)
 
 clean:

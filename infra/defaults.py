@@ -10,6 +10,8 @@ S3_PORT = 9000
 
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.3"
+OPENSEARCH_VERSION = "2.19.4"  # 2.x runs on the default Java 17; 3.x needs Java 21+
+S3PROXY_VERSION = "2.6.0"
 MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 

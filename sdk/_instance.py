@@ -11,11 +11,12 @@ number, so ids (`activity_id`, `timer_id`) are the same on every replay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -67,6 +68,18 @@ def current() -> WorkflowInstance:
 
 def in_workflow() -> bool:
     return getattr(_local, "instance", None) is not None
+
+
+@contextlib.contextmanager
+def outside_workflow() -> Iterator[None]:
+    """Lift the determinism guards for the SDK's own I/O on the workflow's behalf: blob store reads and writes
+    of content-addressed, checksummed data, whose outcome does not depend on when they run."""
+    saved = getattr(_local, "instance", None)
+    _local.instance = None
+    try:
+        yield
+    finally:
+        _local.instance = saved
 
 
 @dataclass(frozen=True)

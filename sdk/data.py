@@ -3,6 +3,7 @@ blob store for large ones), and exceptions to `ostinato.Failure` records and bac
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Sequence
 from datetime import timedelta
@@ -27,6 +28,13 @@ def from_record(record: Record) -> Payload:
     return Payload(dict(record["metadata"]), record["data"])
 
 
+def _unguarded() -> contextlib.AbstractContextManager[None]:
+    """The blob store's network I/O may run on a workflow's thread (a large input decoded at activation)."""
+    from ostinato.sdk._instance import outside_workflow  # _instance imports this module
+
+    return outside_workflow()
+
+
 class DataConverter:
     """How user values travel. The same converter (and codecs) must be used by every client and worker of a
     namespace; a worker never needs the keys of codecs it does not decode."""
@@ -43,7 +51,8 @@ class DataConverter:
         for codec in self.codecs:
             payloads = codec.encode(payloads)
         if self.blob_store is not None:
-            payloads = offload_all(payloads, self.blob_store, self.limits)
+            with _unguarded():
+                payloads = offload_all(payloads, self.blob_store, self.limits)
         else:
             for payload in payloads:
                 self.limits.check(payload)
@@ -52,7 +61,8 @@ class DataConverter:
     def decode(self, records: Sequence[Record], hints: Sequence[Any] | None = None) -> list[Any]:
         payloads = [from_record(r) for r in records]
         if self.blob_store is not None:
-            payloads = resolve_all(payloads, self.blob_store)
+            with _unguarded():
+                payloads = resolve_all(payloads, self.blob_store)
         for codec in reversed(self.codecs):
             payloads = codec.decode(payloads)
         return self.payload_converter.from_payloads(payloads, hints)

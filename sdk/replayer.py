@@ -65,11 +65,34 @@ class Replayer:
             results.results.append(self.replay(events, workflow_id=workflow_id, run_id=run_id))
         return results
 
+    def replay_archive(self, archive: Path | bytes) -> ReplayResult:
+        """A closed run archived to S3 (an Avro object container file, downloaded, or its bytes)."""
+        namespace, workflow_id, run_id, events = read_archive(archive)
+        return self.replay(events, workflow_id=workflow_id, run_id=run_id, namespace=namespace)
+
     def replay_file(self, path: Path) -> ReplayResult:
-        """A history saved as JSON (`ostinato workflow show -o json` or `save_history`)."""
+        """A history saved as JSON (`ostinato workflow show -o json` or `save_history`), or an archive (`.avro`)."""
+        if path.suffix == ".avro":
+            return self.replay_archive(path)
         data = json.loads(path.read_text())
         return self.replay(load_events(data["events"]), workflow_id=data.get("workflow_id", path.stem),
                            run_id=data.get("run_id", ""))
+
+
+def read_archive(archive: Path | bytes) -> tuple[str, str, str, list[Record]]:
+    """(namespace, workflow id, run id, events) of an archive file; any Avro reader could do the same."""
+    import io
+
+    import fastavro
+
+    data = archive.read_bytes() if isinstance(archive, Path) else archive
+    try:
+        reader = fastavro.reader(io.BytesIO(data), return_record_name=True, return_record_name_override=True)
+        events: list[Record] = list(reader)  # type: ignore[arg-type]
+        meta = reader.metadata
+        return meta["ostinato.namespace"], meta["ostinato.workflow_id"], meta["ostinato.run_id"], events
+    except (ValueError, KeyError, EOFError) as error:
+        raise ValueError(f"not an Ostinato history archive: {error}") from error
 
 
 def save_history(path: Path, workflow_id: str, run_id: str, events: list[Record]) -> None:

@@ -53,6 +53,10 @@ class Auth:
                 return grants.get(namespace) or grants.get("*")
         return None
 
+    def reader_of_everything(self) -> str | None:
+        """A token that may read every namespace (for the server's own calls to its API), or None."""
+        return next((t for t, grants in self.tokens.items() if grants.get("*") in ROLES), None)
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:

@@ -38,6 +38,8 @@ cluster_app = typer.Typer(help="Create and inspect an Ostinato cluster on Kafka.
 dev_app = typer.Typer(help="A local broker, cluster and server for development.")
 infra_app = typer.Typer(help="Local servers started from Maven Central jars (no Docker).", no_args_is_help=True)
 kafka_app = typer.Typer(help="A local Apache Kafka (KRaft) cluster.", no_args_is_help=True)
+opensearch_app = typer.Typer(help="A local single-node OpenSearch (plain HTTP).", no_args_is_help=True)
+s3_app = typer.Typer(help="A local S3-compatible server (s3proxy over a directory).", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(dev_app, name="dev")
 app.add_typer(infra_app, name="infra")
@@ -47,6 +49,8 @@ app.add_typer(task_queue_app, name="task-queue")
 app.add_typer(namespace_app, name="namespace")
 app.command("replay")(replay_command)
 infra_app.add_typer(kafka_app, name="kafka")
+infra_app.add_typer(opensearch_app, name="opensearch")
+infra_app.add_typer(s3_app, name="s3")
 
 
 class Output(StrEnum):
@@ -156,6 +160,15 @@ def server(
                                                      help="JSON tokens -> {namespace: role}; off if absent.")] = None,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", envvar="OSTINATO_TLS_CERT")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", envvar="OSTINATO_TLS_KEY")] = None,
+    archive_uri: Annotated[str, typer.Option(
+        "--archive-uri", envvar="OSTINATO_ARCHIVE_URI",
+        help="s3://bucket[/prefix]: archive closed runs there and delete them after retention only once archived "
+             "(every server of the cluster needs the same value). S3 endpoint and keys: OSTINATO_S3_ENDPOINT, "
+             "OSTINATO_S3_ACCESS_KEY, OSTINATO_S3_SECRET_KEY, else boto3's usual chain.")] = "",
+    archiver: Annotated[bool, typer.Option(
+        "--archiver/--no-archiver", envvar="OSTINATO_ARCHIVER",
+        help="Run the archiver in this process (with --archive-uri). Without it, closed runs wait, undeleted, "
+             "for an archiver elsewhere.")] = True,
 ) -> None:
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     import ssl
@@ -175,7 +188,8 @@ def server(
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(tls_cert, tls_key)
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
-          advertise=advertise, auth=auth, ssl_context=context)
+          advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
+          archiver=archiver)
 
 
 @app.command("worker")
@@ -211,6 +225,10 @@ def dev(
     kafka_port: Annotated[int, typer.Option(help="Port of the local broker.")] = defaults.KAFKA_PORT,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = None,
+    with_opensearch: Annotated[bool, typer.Option("--with-opensearch", help="Also run a local OpenSearch.")] = False,
+    with_s3: Annotated[bool, typer.Option("--with-s3", help="Also run a local S3 (s3proxy).")] = False,
+    opensearch_port: Annotated[int, typer.Option(help="OpenSearch HTTP port.")] = defaults.OPENSEARCH_PORT,
+    s3_port: Annotated[int, typer.Option(help="S3 port.")] = defaults.S3_PORT,
 ) -> None:
     """Start a local Kafka (or use OSTINATO_KAFKA), initialise the cluster and run the server on port 7243."""
     if ctx.invoked_subcommand is not None:
@@ -220,7 +238,8 @@ def dev(
     from ostinato.services.dev import DevOptions, dev_home, run_detached, run_foreground
 
     opts = DevOptions(home=home or dev_home(), shards=shards, port=port, kafka_port=kafka_port, prefix=prefix,
-                      external_kafka=os.environ.get("OSTINATO_KAFKA") or None)
+                      external_kafka=os.environ.get("OSTINATO_KAFKA") or None, with_opensearch=with_opensearch,
+                      with_s3=with_s3, opensearch_port=opensearch_port, s3_port=s3_port)
     if not detach:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run_foreground(opts, _say)
@@ -228,6 +247,8 @@ def dev(
     running = run_detached(opts, _say)
     console.print(f"[green]Ostinato dev is running[/green] in {running.seconds:.1f}s: API {running.api}, "
                   f"Kafka {running.bootstrap}, {running.shards} shards. Stop it with [bold]ostinato dev stop[/bold].")
+    for name, value in running.extra.items():  # what the server was given, in a form to paste into a shell
+        console.print(f"  {name}={value}", highlight=False)
 
 
 @app.command("demo")
@@ -308,6 +329,106 @@ def kafka_status(home: KafkaHomeOpt = _DEFAULT_KAFKA_HOME, output: OutputOpt = O
         table.add_row(str(r["node_id"]), str(r["port"]), str(r["controller_port"]),
                       str(r["pid"]) if r["pid"] else "[red]stopped[/red]", str(r["log"]))
     console.print(table)
+
+
+OpenSearchHomeOpt = Annotated[Path, typer.Option("--home", help="Node directory (server.json, log, pid file).")]
+S3HomeOpt = Annotated[Path, typer.Option("--home", help="Server directory (data, log, pid file).")]
+_DEFAULT_OPENSEARCH_HOME = defaults.home_dir() / "opensearch"
+_DEFAULT_S3_HOME = defaults.home_dir() / "s3"
+
+
+def _print_server_status(row: dict[str, object] | None, home: Path, output: Output, what: str) -> None:
+    if output is Output.JSON:
+        _print_json(row or {})
+        return
+    if row is None:
+        console.print(f"No {what} under {home}")
+        return
+    table = Table("field", "value", title=str(home), title_justify="left")
+    for key, value in row.items():
+        table.add_row(key, "[red]stopped[/red]" if key == "running" and not value else str(value))
+    console.print(table)
+
+
+@opensearch_app.command("fetch")
+def opensearch_fetch(version: Annotated[str | None, typer.Option(help="OpenSearch version.")] = None) -> None:
+    """Download OpenSearch's zip into the cache and unpack it (done automatically by start)."""
+    from ostinato.infra.opensearch import install
+
+    console.print(str(install(version)))
+
+
+@opensearch_app.command("start")
+def opensearch_start(
+    home: OpenSearchHomeOpt = _DEFAULT_OPENSEARCH_HOME,
+    port: Annotated[int, typer.Option(help="HTTP port (transport uses port+100).")] = defaults.OPENSEARCH_PORT,
+) -> None:
+    """Start a single-node OpenSearch on 127.0.0.1 and wait until the cluster is yellow or green."""
+    from ostinato.infra.opensearch import OpenSearchServer
+
+    started = time.monotonic()
+    node = OpenSearchServer(home, port=port).start()
+    console.print(f"OpenSearch ready on {node.url} in {time.monotonic() - started:.1f}s (home {home})")
+
+
+@opensearch_app.command("stop")
+def opensearch_stop(home: OpenSearchHomeOpt = _DEFAULT_OPENSEARCH_HOME) -> None:
+    """Stop the node under --home."""
+    from ostinato.infra.opensearch import OpenSearchServer
+
+    node = OpenSearchServer.existing(home)
+    stopped = node.stop() if node else []
+    console.print(f"Stopped OpenSearch (pids {', '.join(map(str, stopped))})" if stopped else "Nothing was running")
+
+
+@opensearch_app.command("status")
+def opensearch_status(home: OpenSearchHomeOpt = _DEFAULT_OPENSEARCH_HOME, output: OutputOpt = Output.TABLE) -> None:
+    """URL, pid, directories of the node under --home and whether it runs."""
+    from ostinato.infra.opensearch import OpenSearchServer
+
+    node = OpenSearchServer.existing(home)
+    _print_server_status(node.status() if node else None, home, output, "OpenSearch")
+
+
+@s3_app.command("fetch")
+def s3_fetch(version: Annotated[str | None, typer.Option(help="s3proxy version.")] = None) -> None:
+    """Download the s3proxy jar into the cache (done automatically by start)."""
+    from ostinato.infra.s3 import fetch as fetch_s3proxy
+
+    console.print(str(fetch_s3proxy(version)))
+
+
+@s3_app.command("start")
+def s3_start(
+    home: S3HomeOpt = _DEFAULT_S3_HOME,
+    port: Annotated[int, typer.Option(help="HTTP port.")] = defaults.S3_PORT,
+) -> None:
+    """Start s3proxy on 127.0.0.1 and wait until it answers."""
+    from ostinato.infra.s3 import S3Server
+
+    started = time.monotonic()
+    s3 = S3Server(home, port=port).start()
+    console.print(f"S3 ready on {s3.url} in {time.monotonic() - started:.1f}s (access key {s3.access_key}, "
+                  f"secret {s3.secret_key}, path-style; home {home})")
+
+
+@s3_app.command("stop")
+def s3_stop(home: S3HomeOpt = _DEFAULT_S3_HOME) -> None:
+    """Stop the server under --home."""
+    from ostinato.infra.s3 import S3Server
+
+    s3 = S3Server.existing(home)
+    stopped = s3.stop() if s3 else []
+    console.print(f"Stopped s3proxy (pid {', '.join(map(str, stopped))})" if stopped else "Nothing was running")
+
+
+@s3_app.command("status")
+def s3_status(home: S3HomeOpt = _DEFAULT_S3_HOME, output: OutputOpt = Output.TABLE) -> None:
+    """URL, credentials, pid and data directory of the server under --home."""
+    from ostinato.infra.s3 import S3Server
+
+    s3 = S3Server.existing(home)
+    _print_server_status(s3.status() if s3 else None, home, output, "S3 server")
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ def _files(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
         if path.is_dir():
-            out.extend(sorted(path.glob("*.json")))
+            out.extend(sorted([*path.glob("*.json"), *path.glob("*.avro")]))
         elif path.exists():
             out.append(path)
         else:
@@ -47,11 +47,27 @@ def _files(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _archived(uri: str) -> list[tuple[str, bytes]]:
+    """Every archive file below an s3:// prefix, as (URI, bytes)."""
+    from ostinato.connectors.archive import ArchiveError, S3Archive
+    from ostinato.sdk.blobstore_s3 import s3_client
+
+    try:
+        store = S3Archive.from_uri(s3_client(), uri)
+        return [(f"s3://{store.bucket}/{key}", store.get(key)) for key in store.list(store.prefix)
+                if key.endswith(".avro")]
+    except (ArchiveError, ValueError) as exc:
+        raise typer.BadParameter(f"--archive {uri}: {exc}") from None
+
+
 def replay(
     workflows: Annotated[str, typer.Argument(help="module:attr naming the workflow classes (a list, one class, or "
                                                   "Worker options).")],
     paths: Annotated[list[Path] | None, typer.Argument(help="History JSON files or directories of them.")] = None,
     from_kafka: Annotated[bool, typer.Option("--from-kafka", help="Replay every run in the history topic.")] = False,
+    archive: Annotated[list[str] | None, typer.Option(
+        "--archive", help="s3://bucket/prefix: replay every archived run (.avro) below it; repeatable. S3 settings "
+                          "from OSTINATO_S3_ENDPOINT/_ACCESS_KEY/_SECRET_KEY or boto3's chain.")] = None,
     kafka: Annotated[str, typer.Option("--kafka", envvar="OSTINATO_KAFKA")] = "127.0.0.1:9092",
     prefix: Annotated[str, typer.Option("--prefix", envvar="OSTINATO_TOPIC_PREFIX")] = DEFAULT_PREFIX,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
@@ -63,6 +79,12 @@ def replay(
     results: list[tuple[str, ReplayResult]] = []
     skipped = 0
     for path in _files(paths or []):
+        if path.suffix == ".avro":
+            try:
+                results.append((str(path), replayer.replay_archive(path)))
+            except ValueError as exc:
+                raise typer.BadParameter(f"{path}: {exc}") from None
+            continue
         try:
             data = json.loads(path.read_text())
             events = load_events(data["events"])
@@ -70,6 +92,9 @@ def replay(
             raise typer.BadParameter(f"{path} is not a saved history: {exc}") from None
         results.append((str(path), replayer.replay(events, workflow_id=data.get("workflow_id", path.stem),
                                                    run_id=data.get("run_id", ""))))
+    for uri in archive or []:
+        for name, data in _archived(uri):
+            results.append((name, replayer.replay_archive(data)))
     if from_kafka:
         from ostinato.services.checker import check_runs, read_history
 
@@ -92,7 +117,7 @@ def replay(
         console.print(f"{len(results)} histories replayed, {len(failed)} non-deterministic"
                       + (f", {skipped} of workflow types not given skipped" if skipped else ""))
     if not results:
-        err_console.print("[yellow]nothing was replayed:[/yellow] give history files or --from-kafka")
+        err_console.print("[yellow]nothing was replayed:[/yellow] give history files, --archive or --from-kafka")
         raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)

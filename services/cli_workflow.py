@@ -207,10 +207,18 @@ def describe(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
 @app.command()
 def show(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
          server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+         archived: Annotated[bool, typer.Option("--archived", help="Read the run from the S3 archive (after "
+                                                "retention deleted it); the server needs --archive-uri.")] = False,
          ) -> None:
     """The run's history as a timeline."""
     events: list[dict[str, Any]] = []
-    token = "1"
+    token = "" if archived else "1"
+    if archived:
+        suffix = "/archived-history" + (f"?run_id={urllib.parse.quote(run_id, safe='')}" if run_id else "")
+        page = _run(lambda: _call(server, "GET", _wf_path(namespace, workflow_id, suffix)))
+        events = page["events"]
+        if output != "json":
+            console.print(f"[dim]{page['uri']}[/dim]")
     while token:
         suffix = f"/history?page_size=1000&next_page_token={token}" + (f"&run_id={run_id}" if run_id else "")
         page = _run(lambda suffix=suffix: _call(server, "GET", _wf_path(namespace, workflow_id, suffix)))

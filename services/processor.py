@@ -72,7 +72,9 @@ class ProcessorOptions:
         return cls(data_dir=data_dir, read_endpoint=read_endpoint,
                    max_batch=int(env.get("OSTINATO_MAX_BATCH", "500")),
                    session_timeout_ms=int(env.get("OSTINATO_SESSION_TIMEOUT_MS", "10000")),
-                   restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")))
+                   restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")),
+                   # Retention of namespaces that have no record of their own (the default one); tests shorten it.
+                   config=Config(retention_ms=int(env.get("OSTINATO_DEFAULT_RETENTION_MS", Config().retention_ms))))
 
 
 class Processor:

@@ -7,7 +7,7 @@ import os
 import signal
 import ssl
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aiohttp import web
@@ -92,7 +92,7 @@ def default_data_dir() -> Path:
 
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
-          ssl_context: ssl.SSLContext | None = None) -> None:
+          ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
     from ostinato.services.api import install as install_api
@@ -115,6 +115,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     failed = threading.Event()
     if processor:
         options = ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint)
+        if archive_uri:  # closed runs outlive their retention until their archive is confirmed
+            options.config = replace(options.config, archive=True)
         options.config_for = namespace_config(ownership, options.config)
         proc = Processor(ctx.bootstrap, ctx.settings, options, registry=REGISTRY)
 
@@ -136,9 +138,12 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway
-    install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, Config().retention_ms))
+    default_retention = proc.options.config.retention_ms if proc is not None else Config().retention_ms
+    install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
     install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
                        (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite")
+    if archive_uri and archiver:
+        _install_archival(app, ctx, archive_uri, endpoint, auth)
     try:
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context)
     finally:
@@ -148,3 +153,26 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         ownership.stop()
     if failed.is_set():
         raise SystemExit(1)
+
+
+def _install_archival(app: web.Application, ctx: ServerContext, archive_uri: str, endpoint: str,
+                      auth: Auth | None) -> None:
+    """Archive closed runs to `archive_uri` (S3 settings from `OSTINATO_S3_*` or boto3's usual chain)."""
+    from ostinato.connectors.archive import S3Archive
+    from ostinato.connectors.archiver import Archiver
+    from ostinato.sdk.blobstore_s3 import ensure_bucket, s3_client
+    from ostinato.services.archival import HistoryOverApi
+    from ostinato.services.archival import install as install_archival
+
+    try:
+        archive = S3Archive.from_uri(s3_client(), archive_uri)
+        ensure_bucket(archive.client, archive.bucket)
+    except Exception as exc:  # noqa: BLE001 - refuse to start rather than run without the archive asked for
+        raise ClusterError(f"archival to {archive_uri} is not possible: {exc}") from None
+    token = auth.reader_of_everything() if auth is not None else ""
+    if token is None:
+        raise ClusterError("archival reads histories through the API: the auth config needs a token that is at "
+                           'least a reader of "*"')
+    archiver = Archiver(ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, archive,
+                        HistoryOverApi(endpoint, token))
+    install_archival(app, archiver, archive)

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.infra.opensearch import OpenSearchServer
+from ostinato.infra.s3 import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,3 +47,22 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180)
     """Run the `ostinato` command as a user would, in a child process."""
     return subprocess.run([sys.executable, "-m", "ostinato", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def opensearch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenSearchServer]:
+    """One real single-node OpenSearch for the session, on free ports. Started on first use.
+
+    `wipe` as well as `stop`: under root the node's data lives outside the pytest tmp dir (see infra/opensearch.py).
+    """
+    node = OpenSearchServer(tmp_path_factory.mktemp("opensearch"), port=None).start()
+    yield node
+    node.wipe()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One real S3-compatible server (s3proxy over a directory) for the session, on a free port; on first use."""
+    server = S3Server(tmp_path_factory.mktemp("s3"), port=None).start()
+    yield server
+    server.stop()

@@ -1,0 +1,1 @@
+"""An auditor's report per workflow type, replayed from `<prefix>.history` with faust-streaming."""
