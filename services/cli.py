@@ -22,6 +22,7 @@ from ostinato.infra.kafka import KafkaCluster, fetch
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.cli_check import app as check_app
 from ostinato.services.cli_replay import replay as replay_command
+from ostinato.services.cli_visibility import app as visibility_app
 from ostinato.services.cli_workflow import app as workflow_app
 from ostinato.services.cli_workflow import namespace_app, task_queue_app
 from ostinato.services.cluster import ClusterError, cluster_status, init_cluster
@@ -47,6 +48,7 @@ app.add_typer(check_app, name="check")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(task_queue_app, name="task-queue")
 app.add_typer(namespace_app, name="namespace")
+app.add_typer(visibility_app, name="visibility")
 app.command("replay")(replay_command)
 infra_app.add_typer(kafka_app, name="kafka")
 infra_app.add_typer(opensearch_app, name="opensearch")
@@ -165,6 +167,9 @@ def server(
         help="s3://bucket[/prefix]: archive closed runs there and delete them after retention only once archived "
              "(every server of the cluster needs the same value). S3 endpoint and keys: OSTINATO_S3_ENDPOINT, "
              "OSTINATO_S3_ACCESS_KEY, OSTINATO_S3_SECRET_KEY, else boto3's usual chain.")] = "",
+    opensearch_url: Annotated[str, typer.Option(
+        "--opensearch-url", envvar="OSTINATO_OPENSEARCH_URL",
+        help="Keep visibility (list/count) in OpenSearch at this URL instead of the embedded SQLite store.")] = "",
     archiver: Annotated[bool, typer.Option(
         "--archiver/--no-archiver", envvar="OSTINATO_ARCHIVER",
         help="Run the archiver in this process (with --archive-uri). Without it, closed runs wait, undeleted, "
@@ -189,7 +194,7 @@ def server(
         context.load_cert_chain(tls_cert, tls_key)
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
           advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
-          archiver=archiver)
+          archiver=archiver, opensearch_url=opensearch_url)
 
 
 @app.command("worker")

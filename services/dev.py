@@ -89,7 +89,10 @@ def _start_side_servers(opts: DevOptions, say: Callable[[str], None]) -> tuple[d
             started.append(s3.start())
             say(f"S3 (s3proxy) on {s3.url}, access key {s3.access_key}, path-style")
         env.update({"OSTINATO_S3_ENDPOINT": s3.url, "OSTINATO_S3_ACCESS_KEY": s3.access_key,
-                    "OSTINATO_S3_SECRET_KEY": s3.secret_key})
+                    "OSTINATO_S3_SECRET_KEY": s3.secret_key,
+                    # Closed runs go to the archive bucket (created on first use) before retention deletes them.
+                    "OSTINATO_ARCHIVE_URI": os.environ.get("OSTINATO_ARCHIVE_URI", "s3://ostinato-archive")})
+        say(f"Archiving closed runs to {env['OSTINATO_ARCHIVE_URI']}")
     return env, started
 
 

@@ -92,7 +92,8 @@ def default_data_dir() -> Path:
 
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
-          ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True) -> None:
+          ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
+          opensearch_url: str = "") -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
     from ostinato.services.api import install as install_api
@@ -141,7 +142,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     default_retention = proc.options.config.retention_ms if proc is not None else Config().retention_ms
     install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
     install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
-                       (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite")
+                       (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
+                       opensearch_url=opensearch_url)
     if archive_uri and archiver:
         _install_archival(app, ctx, archive_uri, endpoint, auth)
     try:
