@@ -69,7 +69,10 @@ class HistoryOverApi:
 
 async def archived_history(request: web.Request) -> web.Response:
     """A run's history from its archive (after retention deleted it from the cluster): the JSON of `/history`."""
-    archive = request.app[ARCHIVE]
+    archive = request.app.get(ARCHIVE)
+    if archive is None:
+        return error(404, "archival_not_configured", "this server does not archive: start it with --archive-uri "
+                     "s3://bucket[/prefix] (and the same S3 settings as the archiver) to read archived runs")
     ns, wid = request.match_info["namespace"], request.match_info["workflow_id"]
     run_id = request.query.get("run_id", "")
     loop = asyncio.get_running_loop()
@@ -89,11 +92,15 @@ async def archived_history(request: web.Request) -> web.Response:
                               "events": jsonable(run.events), "next_page_token": ""})
 
 
+def add_routes(app: web.Application) -> None:
+    """The archived-history route; it answers from the archive once `install` gave the app one."""
+    app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/archived-history", archived_history)
+
+
 def install(app: web.Application, archiver: Archiver, archive: S3Archive,
             registry: CollectorRegistry = REGISTRY) -> None:
     """Serve archived histories and run `archiver` with the app."""
     app[ARCHIVE] = archive
-    app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/archived-history", archived_history)
     gauge = Gauge("ostinato_archiver_archived_runs", "Closed runs this server archived since it started",
                   registry=registry)
     gauge.set_function(lambda: archiver.archived)

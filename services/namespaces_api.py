@@ -18,6 +18,7 @@ from ostinato.services.reads import error
 from ostinato.streams.config import Config
 
 MIN_RETENTION_MS = 60_000
+MAX_RETENTION_MS = 100 * 365 * 86_400_000  # a century: beyond that a deadline adds up past what Avro longs hold
 MAX_NAME = 100
 DAY_MS = 24 * 3600 * 1000
 
@@ -75,10 +76,11 @@ async def register(request: web.Request) -> web.Response:
                      "spaces", field="name")
     days, ms = body.get("retention_days"), body.get("retention_ms")
     retention = ms if isinstance(ms, int) and not isinstance(ms, bool) else (
-        int(days * DAY_MS) if isinstance(days, int | float) and not isinstance(days, bool) else None)
-    if retention is None or retention < MIN_RETENTION_MS:
-        return error(400, "invalid_argument", f"retention_days (or retention_ms, at least {MIN_RETENTION_MS}) is "
-                     "required", field="retention_days")
+        days * DAY_MS if isinstance(days, int | float) and not isinstance(days, bool) else None)
+    if retention is None or not MIN_RETENTION_MS <= retention <= MAX_RETENTION_MS:  # also NaN and infinity
+        return error(400, "invalid_argument", f"retention_days (or retention_ms, {MIN_RETENTION_MS} to "
+                     f"{MAX_RETENTION_MS}) is required", field="retention_days")
+    retention = int(retention)
     for text in ("description", "owner_email"):
         if not isinstance(body.get(text, ""), str):
             return error(400, "invalid_argument", f"{text} must be a string", field=text)

@@ -102,6 +102,9 @@ def spec() -> dict[str, Any]:
             _NS, _WF, _RUN, {"name": "page_size", "in": "query", "schema": {"type": "integer"}},
             {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
+        one + "/archived-history": get("A run's whole history from its S3 archive (the latest closed run unless "
+                                       "run_id is given); 404 when not archived or archival is not configured",
+                                       [_NS, _WF, _RUN], 404, 502),
         "/metrics": get("Prometheus metrics", []),
         "/api/v1/namespaces": {**get("Every namespace (default included)", []),
                                **post("Register a namespace", _obj({

@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from ostinato import __version__
 from ostinato.infra.process import check_port_free
 from ostinato.schemas.cluster import ClusterSettings
+from ostinato.services.archival import add_routes as add_archive_routes
 from ostinato.services.auth import Auth
 from ostinato.services.cluster import ClusterError, read_settings
 from ostinato.services.openapi import install as install_openapi
@@ -65,6 +66,7 @@ def create_app(ctx: ServerContext, reads: ReadContext | None = None,
     app.router.add_get("/api/v1/cluster", get_cluster)
     app.router.add_get("/metrics", get_metrics)
     add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, ""))
+    add_archive_routes(app)
     install_openapi(app)
     return app
 

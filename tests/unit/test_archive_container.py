@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -98,3 +99,30 @@ def test_keys_split_cleanly_whatever_the_ids() -> None:
     key = archive_key("ns", "a/b c", "r/1", 1_780_000_000_000, prefix="arch/")
     assert key == "arch/ns/2026/05/28/a%2Fb%20c/r%2F1.avro"
     assert index_key("ns", "a/b", "r", "p/") == "p/_index/ns/a%2Fb/r.json"
+
+
+def test_replayer_replays_an_archive_file(run: ArchivedRun, tmp_path: Path) -> None:
+    from ostinato.sdk.replayer import Replayer
+
+    path = tmp_path / "run.avro"
+    path.write_bytes(write_container(run))
+    assert Replayer(workflows=[Mixed]).replay_file(path).ok
+
+    @workflow.defn(name="Mixed")
+    class Changed:  # the same type name, different commands: the archive catches it
+        @workflow.run
+        async def run(self, n: int) -> str:
+            await workflow.sleep(timedelta(seconds=1))
+            return ""
+
+    result = Replayer(workflows=[Changed]).replay_archive(path.read_bytes())
+    assert not result.ok and "NondeterminismError" in type(result.failure).__name__
+
+
+def test_replayer_says_what_is_wrong_with_a_bad_archive(tmp_path: Path) -> None:
+    from ostinato.sdk.replayer import Replayer
+
+    path = tmp_path / "bad.avro"
+    path.write_bytes(b"not avro at all")
+    with pytest.raises(ValueError, match="not an Ostinato history archive"):
+        Replayer(workflows=[Mixed]).replay_file(path)

@@ -122,3 +122,13 @@ def test_every_build_runs_the_ostinato_cli() -> None:
         entrypoints = [line.split(None, 1)[1] for line in path.read_text().splitlines()
                        if line.upper().startswith("ENTRYPOINT")]
         assert entrypoints and json.loads(entrypoints[-1]) == ["ostinato"], f"{name}: {entrypoints}"
+
+
+def test_server_uses_the_compose_opensearch_and_s3() -> None:
+    server = env("ostinato")
+    assert server["OSTINATO_OPENSEARCH_URL"] == f"http://opensearch:{port_map('opensearch')[defaults.OPENSEARCH_PORT]}"
+    assert server["OSTINATO_S3_ENDPOINT"] == f"http://s3:{port_map('s3')[defaults.S3_PORT]}"
+    s3 = env("s3")
+    assert (server["OSTINATO_S3_ACCESS_KEY"], server["OSTINATO_S3_SECRET_KEY"]) == (
+        s3["S3PROXY_IDENTITY"], s3["S3PROXY_CREDENTIAL"])
+    assert server["OSTINATO_ARCHIVE_URI"].startswith("s3://")
