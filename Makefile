@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml setup.py
 	python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ is needed" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,analytics]'
+	$(PY) -m pip install --quiet -e '.[dev,analytics,bench]'
 	touch $(STAMP)
 
 clean:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import json
 import platform
 import pstats
 import tempfile
@@ -199,7 +200,8 @@ def pct(values: Sequence[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else float("nan")
 
 
-def report(s: Stats, args: argparse.Namespace, startup: float, committed: bool) -> None:
+def report(s: Stats, args: argparse.Namespace, startup: float, committed: bool) -> float:
+    """Print the tables; return the sustained commands/s."""
     (t0, cpu0, thread0), (t1, cpu1, thread1) = s.marks
     wall, b, n, cpu, thread_cpu = t1 - t0, s.batches, sum(s.batches), cpu1 - cpu0, thread1 - thread0
     spent = {phase: sum(durations) for phase, durations in s.spent.items()}
@@ -232,6 +234,7 @@ def report(s: Stats, args: argparse.Namespace, startup: float, committed: bool) 
     print("\n| where the window went | s | share | µs/command |\n| --- | ---: | ---: | ---: |")
     for name, sec in sorted(phases.items(), key=lambda kv: -kv[1]):
         print(f"| {name} | {sec:.2f} | {sec / wall:.0%} | {sec / n * 1e6:.1f} |")
+    return n / wall
 
 
 def main() -> None:
@@ -244,19 +247,22 @@ def main() -> None:
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--profile", action="store_true", help="cProfile the processor thread")
     parser.add_argument("--quick", action="store_true", help="a small run")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line: {\"commands_per_s\": ...}")
     args = parser.parse_args()
     args.commands = args.commands or (2_000 if args.quick else 50_000)
     args.workflows = args.workflows or (100 if args.quick else 1_000)
     with tempfile.TemporaryDirectory(prefix="ostinato-bench-") as tmp:
         broker = None if args.kafka else KafkaCluster(Path(tmp) / "kafka", nodes=1, port=None)
         try:
-            run(args.kafka or cast(KafkaCluster, broker).start().bootstrap, args, Path(tmp))
+            figure = run(args.kafka or cast(KafkaCluster, broker).start().bootstrap, args, Path(tmp))
         finally:
             if broker is not None:
                 broker.stop()
+    if args.json:
+        print(json.dumps({"commands_per_s": round(figure, 1)}), flush=True)
 
 
-def run(bootstrap: str, args: argparse.Namespace, tmp: Path) -> None:
+def run(bootstrap: str, args: argparse.Namespace, tmp: Path) -> float:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     settings = init_cluster(bootstrap, prefix, args.shards).settings
     TaskTopics(bootstrap, prefix, settings.replication_factor).partitions(
@@ -279,11 +285,12 @@ def run(bootstrap: str, args: argparse.Namespace, tmp: Path) -> None:
     watcher.join()
     if len(proc.stats.marks) < 2:
         raise SystemExit(f"only {proc.stats.done:,} of {len(commands):,} commands were processed")
-    report(proc.stats, args, proc.stats.marks[0][0] - began, all_committed(bootstrap, prefix, args.shards))
+    figure = report(proc.stats, args, proc.stats.marks[0][0] - began, all_committed(bootstrap, prefix, args.shards))
     if profile is not None:
         for order, top in (("cumulative", 25), ("tottime", 15)):
             print(f"\nprofile of the processor thread, top {top} by {order} time:")
             pstats.Stats(profile).strip_dirs().sort_stats(order).print_stats(top)
+    return figure
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ COMMAND_TIMEOUT = timedelta(seconds=30)
 HISTORY_PAGE = 1000
 POLL_FIRST_S = 0.02
 POLL_MAX_S = 0.5
+MAX_CONNECTIONS = 1000
+LONG_POLL_MS = 10_000  # how long the owner may hold a caught-up history read (within the 30 s read timeout)
 READ_YOUR_WRITES_S = 5.0  # how long a read of a workflow this service wrote to retries "not found"
 UNAVAILABLE_RETRY_S = 10.0  # how long a read retries a shard without a reachable owner (it is moving)
 MAX_REMEMBERED = 10_000
@@ -65,7 +67,8 @@ class HttpService:
         """Check that an Ostinato server answers at `target` and learn its cluster settings. `api_key` is sent as a
         bearer token (servers started with --auth-config require one)."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        session = aiohttp.ClientSession(headers=headers)
+        # Result waits are long-polls, each holding a connection: allow many at once (aiohttp's default is 100).
+        session = aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS))
         try:
             async with session.get(target.rstrip("/") + "/api/v1/cluster",
                                    timeout=aiohttp.ClientTimeout(total=timeout.total_seconds())) as resp:
@@ -170,12 +173,17 @@ class HttpService:
                 return events
 
     async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
-        """Poll the end of the run's history (20 ms, doubling to 500 ms) until it holds a closing event."""
+        """Read the run's history to its end, then long-poll the owner for the next events until a closing one.
+
+        The owner holds a caught-up read (`wait_ms`) until its processor commits new events for the run, so a
+        result arrives within a commit of the close instead of after a polling interval."""
         last: Record | None = None
         first = 1
         pause = POLL_FIRST_S
+        wait_ms = 0
         while True:
-            page = await self._history_page(namespace, workflow_id, run_id, first, quiet_unavailable=True)
+            page = await self._history_page(namespace, workflow_id, run_id, first, quiet_unavailable=True,
+                                            wait_ms=wait_ms)
             if page is None:
                 if run_id == "" or last is None:
                     raise exc.RPCError(f"no workflow {workflow_id!r}", status=404, code="not_found")
@@ -184,6 +192,7 @@ class HttpService:
             if page.get("unavailable"):
                 await asyncio.sleep(pause)
                 pause = min(POLL_MAX_S, pause * 2)
+                wait_ms = 0
                 continue
             run_id = page["run_id"]
             if page["events"]:
@@ -194,14 +203,15 @@ class HttpService:
                     continue
             if last is not None and last["event_type"] in CLOSING_EVENTS:
                 return last
-            await asyncio.sleep(pause)
-            pause = min(POLL_MAX_S, pause * 2)
+            if wait_ms and not page["events"]:
+                await asyncio.sleep(POLL_FIRST_S)  # the wait ran out (or an older server ignored it): no busy loop
+            wait_ms = LONG_POLL_MS
 
     async def _history_page(self, namespace: str, workflow_id: str, run_id: str, first: int, *,
-                            quiet_unavailable: bool = False) -> Record | None:
+                            quiet_unavailable: bool = False, wait_ms: int = 0) -> Record | None:
         data = await self._read(namespace, workflow_id, "/history", {
-            "run_id": run_id, "page_size": str(HISTORY_PAGE), "next_page_token": str(first)},
-            quiet_unavailable=quiet_unavailable)
+            "run_id": run_id, "page_size": str(HISTORY_PAGE), "next_page_token": str(first),
+            "wait_ms": str(wait_ms) if wait_ms else ""}, quiet_unavailable=quiet_unavailable)
         if data is None:
             return None
         if data == b"":

@@ -1,11 +1,14 @@
 """The worker's Kafka side: consume a task queue's topics, answer on the commands topic (DESIGN.md §5).
 
 - Workflow tasks: the handler decides; the completion is produced to the workflow's shard of the commands topic;
-  the task's offset is committed once Kafka acknowledged the completion.
-- Activity tasks: `RecordActivityTaskStarted` is sent and its reply awaited before the offset is committed, so a
+  the task counts as done once Kafka acknowledged the completion.
+- Activity tasks: `RecordActivityTaskStarted` is sent and its reply awaited before the task counts as done, so a
   task is never lost between Kafka and a worker; from then on the engine's timeouts and retries protect it.
   Heartbeats wait for their reply too: it says whether the workflow asked the activity to stop.
 - Query tasks are answered directly on the replies topic, where the asking frontend waits.
+- Every task of a fetched batch runs concurrently (each waits on Kafka round trips, not on the CPU), and a
+  partition's offset is committed up to its first task not yet done (`OffsetTracker`), so a crash re-reads
+  whatever was unfinished and nothing before it.
 - Backpressure: the activity partitions are paused while `max_concurrent_activities` run.
 """
 
@@ -97,6 +100,42 @@ def _resolve(future: asyncio.Future[Record], reply: Record) -> None:
         future.set_result(reply)
 
 
+class OffsetTracker:
+    """Per partition, the offsets handed to tasks and not yet done; what may be committed is the first of them
+    (or past the last seen when none is pending). Only the event loop's thread touches it."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, int], set[int]] = {}
+        self._next: dict[tuple[str, int], int] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+
+    def begin(self, msg: Message) -> None:
+        key = (msg.topic() or "", int(msg.partition() or 0))
+        offset = int(msg.offset() or 0)
+        self._pending.setdefault(key, set()).add(offset)
+        self._next[key] = max(self._next.get(key, 0), offset + 1)
+
+    def done(self, msg: Message) -> None:
+        self._pending.get((msg.topic() or "", int(msg.partition() or 0)), set()).discard(int(msg.offset() or 0))
+
+    def committable(self) -> list[TopicPartition]:
+        """Offsets that moved forward since the last call."""
+        out = []
+        for key, nxt in self._next.items():
+            pending = self._pending.get(key)
+            upto = min(pending) if pending else nxt
+            if upto > self._committed.get(key, -1):
+                self._committed[key] = upto
+                out.append(TopicPartition(key[0], key[1], upto))
+        return out
+
+    def forget(self, partitions: list[TopicPartition]) -> None:
+        """Revoked partitions: their tasks may finish, but the next owner commits them."""
+        for tp in partitions:
+            for table in (self._pending, self._next, self._committed):
+                table.pop((tp.topic, tp.partition), None)
+
+
 class KafkaWorkerLoop:
     def __init__(self, worker: Worker, cluster: Record, fetch_history: Callable[[Record], Awaitable[list[Record]]]):
         self.worker = worker
@@ -110,7 +149,10 @@ class KafkaWorkerLoop:
         self.activity_topic = task_topic_name(self.prefix, queue, TaskKind.ACTIVITY)
         self.commands_topic = topic_name(self.prefix, Topic.COMMANDS)
         self.replies_topic = topic_name(self.prefix, Topic.REPLIES)
-        self.running: set[asyncio.Task[None]] = set()
+        self.running: set[asyncio.Task[None]] = set()  # activities executing
+        self.tasks: set[asyncio.Task[None]] = set()  # every task being handled (workflow, query, activity start)
+        self.offsets = OffsetTracker()
+        self.starting = 0  # activity tasks waiting for the engine to confirm their start
         self.paused = False
 
     # -- set-up ---------------------------------------------------------------------------------------------------
@@ -148,20 +190,39 @@ class KafkaWorkerLoop:
         consumer = Consumer(settings)
         topics = ([self.workflow_topic] if self.worker.workflow_handler is not None else []) + \
                  ([self.activity_topic] if self.worker.activity_executor is not None else [])
-        consumer.subscribe(topics)
+        revoked: list[TopicPartition] = []  # filled on the consumer's thread, read on the loop's
+        consumer.subscribe(topics, on_revoke=lambda _c, parts: revoked.extend(parts))
         self.consumer = consumer
         log.info("worker %s serving %s", self.worker.identity, ", ".join(topics))
         try:
             while not stopping.is_set():
                 messages = await loop.run_in_executor(None, consumer.consume, 100, POLL_S)
+                if revoked:
+                    self.offsets.forget(revoked[:])
+                    revoked.clear()
                 for msg in messages:
-                    await self._dispatch(msg)
+                    self._spawn(self._dispatch(msg))
+                await asyncio.sleep(0)  # let the new tasks send what they send before the producer is polled
+                self.producer.poll(0)  # delivery reports: completions acknowledged by Kafka
+                self._commit_done()
                 self._backpressure()
             await self._drain()
         finally:
             await loop.run_in_executor(None, self.producer.flush, 10)
+            self.producer.poll(0)
+            self._commit_done(asynchronous=False)
             consumer.close()
             self.replies.close()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a task failed in the worker", exc_info=task.exception())
 
     # -- tasks ----------------------------------------------------------------------------------------------------
 
@@ -171,25 +232,42 @@ class KafkaWorkerLoop:
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("consuming %s: %s", msg.topic(), err.str())
             return
+        self.offsets.begin(msg)
         try:
             name, task = codec.decode(msg.value() or b"")
         except codec.DecodeError as exc:
             log.error("skipping an unreadable task at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
-            self._commit(msg)
+            self.offsets.done(msg)
             return
-        if name.endswith("WorkflowTask"):
-            await self._workflow_task(task)
-            await self._produced_then_commit(msg)
-        elif name.endswith("QueryTask"):
-            await self._query(task)
-            self._commit(msg)
-        elif name.endswith("ActivityTask"):
-            await self._activity_task(msg, task)
-        else:
-            log.error("skipping a %s on %s", name, msg.topic())
-            self._commit(msg)
+        try:
+            if name.endswith("WorkflowTask"):
+                if await self._workflow_task(task, lambda: self.offsets.done(msg)):
+                    return  # done when Kafka acknowledges the completion
+            elif name.endswith("QueryTask"):
+                await self._query(task)
+            elif name.endswith("ActivityTask"):
+                await self._activity_task(task)
+            else:
+                log.error("skipping a %s on %s", name, msg.topic())
+        except Exception:
+            log.exception("handling the task at %s[%d]@%d failed; the engine's timeout will retry it", msg.topic(),
+                          msg.partition(), msg.offset())
+        self.offsets.done(msg)
 
-    async def _workflow_task(self, task: Record) -> None:
+    def _commit_done(self, asynchronous: bool = True) -> None:
+        offsets = self.offsets.committable()
+        if not offsets:
+            return
+        try:
+            if asynchronous:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:  # e.g. a partition revoked meanwhile: its next owner re-reads from before
+            log.warning("commit of %d offsets failed: %s", len(offsets), exc)
+
+    async def _workflow_task(self, task: Record, acknowledged: Callable[[], None]) -> bool:
+        """Decide the task and produce the completion; whether it was sent (then `acknowledged` runs on delivery)."""
         handler = self.worker.workflow_handler
         assert handler is not None
         history: list[Record] = []
@@ -202,9 +280,16 @@ class KafkaWorkerLoop:
                 # The server is away (restarting): leave the task unanswered; its timeout schedules it again.
                 log.warning("cannot fetch the history of %s/%s (%s); the task will be retried", task["workflow_id"],
                             task["run_id"], exc)
-                return
+                return False
         command, body = handler.handle(task, lambda: history)
-        self._send(task, command, body)
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:  # the engine's task timeout retries it; the offset may move on
+                log.warning("completion of %s/%s not delivered: %s", task["workflow_id"], task["run_id"], err.str())
+            acknowledged()
+
+        self._send(task, command, body, on_delivery=delivered)
+        return True
 
     async def _query(self, task: Record) -> None:
         handler = self.worker.workflow_handler
@@ -221,10 +306,14 @@ class KafkaWorkerLoop:
                               task["request_id"].encode(), partition=task["reply_partition"])
         self.producer.poll(0)
 
-    async def _activity_task(self, msg: Message, task: Record) -> None:
-        started = await self.request(task, "RecordActivityTaskStarted",
-                                     {"scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
-        self._commit(msg)  # the engine knows the attempt started: from here its timeouts protect it
+    async def _activity_task(self, task: Record) -> None:
+        """Returns once the engine knows the attempt started (from then its timeouts protect it) or refused it."""
+        self.starting += 1
+        try:
+            started = await self.request(task, "RecordActivityTaskStarted", {
+                "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
+        finally:
+            self.starting -= 1
         if started is None or not started["body"][0].endswith("Accepted"):
             return  # stale (timed out, cancelled, or already started elsewhere)
         job = asyncio.ensure_future(self._run_activity(task))
@@ -254,13 +343,15 @@ class KafkaWorkerLoop:
                 "reply_partition": reply_partition, "body": (name if "." in name else C + name, body)}
 
     def _send(self, task: Record, name: str, body: Record, reply_partition: int | None = None,
-              request_id: str | None = None) -> None:
+              request_id: str | None = None, on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+              ) -> None:
         command = self._envelope(task, name, body, reply_partition, request_id or uuid.uuid4().hex)
         key = workflow_key(task["namespace"], task["workflow_id"])
+        extra: dict[str, Any] = {} if on_delivery is None else {"on_delivery": on_delivery}
         while True:
             try:
                 self.producer.produce(self.commands_topic, codec.encode("ostinato.command.Command", command),
-                                      key.encode(), partition=partition_for(key, self.shards))
+                                      key.encode(), partition=partition_for(key, self.shards), **extra)
                 break
             except BufferError:
                 self.producer.poll(0.05)
@@ -279,19 +370,8 @@ class KafkaWorkerLoop:
                         REPLY_TIMEOUT_S)
             return None
 
-    async def _produced_then_commit(self, msg: Message) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.producer.flush, 30)
-        self._commit(msg)
-
-    def _commit(self, msg: Message) -> None:
-        try:
-            self.consumer.commit(message=msg, asynchronous=True)
-        except KafkaException as exc:
-            log.warning("commit of %s[%d]@%d failed: %s", msg.topic(), msg.partition(), msg.offset(), exc)
-
     def _backpressure(self) -> None:
-        full = len(self.running) >= self.worker.max_concurrent_activities
+        full = len(self.running) + self.starting >= self.worker.max_concurrent_activities
         if full == self.paused:
             return
         parts = [tp for tp in self.consumer.assignment() if tp.topic == self.activity_topic]
@@ -302,8 +382,11 @@ class KafkaWorkerLoop:
         self.paused = full
 
     async def _drain(self) -> None:
-        """Stop running activities as Temporal does on shutdown: each answers a retryable WorkerShutdown failure,
-        so the engine retries it on another worker at once instead of after its start-to-close timeout."""
+        """Finish the tasks being handled, then stop running activities as Temporal does on shutdown: each answers
+        a retryable WorkerShutdown failure, so the engine retries it on another worker at once instead of after
+        its start-to-close timeout."""
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=REPLY_TIMEOUT_S)
         if self.running:
             log.info("worker %s: stopping %d running activities", self.worker.identity, len(self.running))
             if self.worker.activity_executor is not None:

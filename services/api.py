@@ -21,7 +21,7 @@ from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key
 from ostinato.services.gateway import CommandGateway, GatewayError
 from ostinato.services.namespaces_api import unknown_namespace
-from ostinato.services.reads import _run_id, _store_or_redirect, error
+from ostinato.services.reads import READS, _run_id, _store_or_redirect, error
 from ostinato.services.store import Family, ShardStore
 from ostinato.streams.model import decode_run
 
@@ -248,20 +248,31 @@ async def result(request: web.Request) -> web.Response:
     if not run_id:
         return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
     deadline = time.monotonic() + wait_s
+    waiters = request.app[READS].waiters
     delay = 0.02
     while True:
+        key = run_key(ns, wf, run_id).encode()
+        future = waiters.watch(key) if waiters is not None else None  # before the check: no lost wake-up
         closing = _closing_event(store, ns, wf, run_id)
         if closing is not None:
+            if waiters is not None and future is not None:
+                waiters.unwatch(key, future)
             kind, attrs = closing["event_type"], closing["attributes"][1]
             if kind == "WORKFLOW_EXECUTION_CONTINUED_AS_NEW" and follow:
                 run_id = attrs["new_execution_run_id"]
                 continue
             return web.json_response(_outcome(run_id, kind, attrs))
         if time.monotonic() > deadline:
+            if waiters is not None and future is not None:
+                waiters.unwatch(key, future)
             return error(504, "timeout", f"workflow {wf!r} is still running after {wait_s:.0f}s; ask again",
                          run_id=run_id)
-        await asyncio.sleep(delay)
-        delay = min(0.5, delay * 1.5)
+        if waiters is not None and future is not None:
+            # Woken by the commit that grows this run's history; the cap re-checks a shard that moved away.
+            await waiters.wait(key, future, min(1.0, deadline - time.monotonic()))
+        else:
+            await asyncio.sleep(delay)
+            delay = min(0.5, delay * 1.5)
 
 
 def _closing_event(store: ShardStore, ns: str, wf: str, run_id: str) -> Record | None:

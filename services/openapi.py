@@ -100,7 +100,10 @@ def spec() -> dict[str, Any]:
         one: get("Describe a run (its mutable state)", [_NS, _WF, _RUN], 404, 503),
         one + "/history": get("A page of a run's history", [
             _NS, _WF, _RUN, {"name": "page_size", "in": "query", "schema": {"type": "integer"}},
-            {"name": "next_page_token", "in": "query", "schema": {"type": "string"}}], 400, 404, 503),
+            {"name": "next_page_token", "in": "query", "schema": {"type": "string"}},
+            {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 60000},
+             "description": "Long-poll: when the page would be empty and the run is open, wait this long for "
+                            "new events"}], 400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         one + "/archived-history": get("A run's whole history from its S3 archive (the latest closed run unless "
                                        "run_id is given); 404 when not archived or archival is not configured",

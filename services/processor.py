@@ -64,6 +64,7 @@ class ProcessorOptions:
     restore_write_every: int = 5_000
     config: Config = field(default_factory=Config)
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
+    on_history: Callable[[set[bytes]], None] | None = None  # after each commit: runs (`ns/wf/run`) that gained events
 
     @classmethod
     def from_env(cls, data_dir: Path, read_endpoint: str = "") -> ProcessorOptions:
@@ -346,6 +347,7 @@ class Processor:
 
     def _after_commit(self, touched: set[int], commands: int, fired: int, seconds: float) -> None:
         now = pack_int(wall_ms())
+        grown: set[bytes] = set()
         for index in sorted(touched):
             shard = self.shards.get(index)
             if shard is None:
@@ -363,7 +365,9 @@ class Processor:
                          rejection.message)
             for lateness in shard.timers_fired:
                 self.metrics.timer_lateness.observe(max(0, lateness) / 1000)
-            shard.committed(checkpoint)
+            grown |= shard.committed(checkpoint)
+        if grown and self.options.on_history is not None:
+            self.options.on_history(grown)
         self._announce.clear()
         self.metrics.commands.inc(commands)
         self.metrics.timers.inc(fired)

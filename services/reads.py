@@ -9,12 +9,14 @@ gets a clear 503 to retry.
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
+from ostinato.services.history_waiters import HistoryWaiters
 from ostinato.services.ownership import OwnershipTable
 from ostinato.services.store import Family, ShardStore
 from ostinato.streams.model import decode_current, decode_run, to_record
@@ -22,6 +24,7 @@ from ostinato.streams.model import decode_current, decode_run, to_record
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 HOP = "owner_hop"
+MAX_WAIT_S = 60.0  # history long-polls (`wait_ms`) hold a request at most this long
 AVRO = "avro"  # ?format=avro: the records as stored (single-object Avro), for SDKs; the default is JSON
 STATE_CONTENT_TYPE = "application/vnd.ostinato.state+avro"
 
@@ -32,11 +35,12 @@ class StoreSource(Protocol):
 
 class ReadContext:
     def __init__(self, shards: int, source: StoreSource | None, ownership: OwnershipTable | None,
-                 owner_id: str) -> None:
+                 owner_id: str, waiters: HistoryWaiters | None = None) -> None:
         self.shards = shards
         self.source = source
         self.ownership = ownership
         self.owner_id = owner_id
+        self.waiters = waiters  # woken by this process's processor after each commit (long-polls)
 
 
 READS = web.AppKey("reads", ReadContext)
@@ -114,14 +118,19 @@ async def history(request: web.Request) -> web.Response:
     try:
         size = int(request.query.get("page_size", DEFAULT_PAGE_SIZE))
         first = int(request.query.get("next_page_token", "1") or "1")
+        wait_s = int(request.query.get("wait_ms", "0")) / 1000
     except ValueError:
-        return error(400, "invalid_argument", "page_size and next_page_token must be whole numbers")
-    if not 1 <= size <= MAX_PAGE_SIZE or first < 1:
-        return error(400, "invalid_argument", f"page_size must be in [1, {MAX_PAGE_SIZE}] and the token positive")
+        return error(400, "invalid_argument", "page_size, next_page_token and wait_ms must be whole numbers")
+    if not 1 <= size <= MAX_PAGE_SIZE or first < 1 or not 0 <= wait_s <= MAX_WAIT_S:
+        return error(400, "invalid_argument", f"page_size must be in [1, {MAX_PAGE_SIZE}], the token positive and "
+                     f"wait_ms in [0, {int(MAX_WAIT_S * 1000)}]")
     found = _run_state(request)
     if isinstance(found, web.Response):
         return found
-    store, run_id, _ = found
+    store, run_id, state = found
+    waiters = request.app[READS].waiters
+    if wait_s and waiters is not None:
+        store, state = await _wait_for_event(request, waiters, store, ns, wf, run_id, state, first, wait_s)
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
     raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
@@ -133,6 +142,30 @@ async def history(request: web.Request) -> web.Response:
             break
         events.append(base64.b64encode(value).decode() if raw else jsonable(codec.decode(value)[1]))
     return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
+
+
+async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: ShardStore, ns: str, wf: str,
+                          run_id: str, state: bytes, first: int, wait_s: float) -> tuple[ShardStore, bytes]:
+    """Long-poll: hold the request until event `first` exists, the run closes, or `wait_s` passes. Only this
+    process's commits wake it, which is right: the request was routed to the shard's owner."""
+    key = run_key(ns, wf, run_id).encode()
+    wanted = history_key(ns, wf, run_id, first).encode()
+    deadline = time.monotonic() + wait_s
+    while True:
+        future = waiters.watch(key)  # before the check, so a commit in between still wakes us
+        if store.get(Family.HISTORY, wanted) is not None or not decode_run(state).open:
+            waiters.unwatch(key, future)
+            return store, state
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            waiters.unwatch(key, future)
+            return store, state
+        # Woken by the commit that adds events; the 1 s cap notices a shard that moved to another process.
+        await waiters.wait(key, future, min(1.0, remaining))
+        found = _run_state(request)
+        if isinstance(found, web.Response):
+            return store, state
+        store, _, state = found
 
 
 async def pending(request: web.Request) -> web.Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.archival import add_routes as add_archive_routes
 from ostinato.services.auth import Auth
 from ostinato.services.cluster import ClusterError, read_settings
+from ostinato.services.history_waiters import HistoryWaiters
 from ostinato.services.openapi import install as install_openapi
 from ostinato.services.ownership import OwnershipTable
 from ostinato.services.reads import ReadContext, add_routes
@@ -115,12 +117,14 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
                     ctx.settings.topic_prefix)
     proc: Processor | None = None
     thread: threading.Thread | None = None
+    waiters = HistoryWaiters()  # long-polls on history, woken by this process's commits
     failed = threading.Event()
     if processor:
         options = ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint)
         if archive_uri:  # closed runs outlive their retention until their archive is confirmed
             options.config = replace(options.config, archive=True)
         options.config_for = namespace_config(ownership, options.config)
+        options.on_history = waiters.notify
         proc = Processor(ctx.bootstrap, ctx.settings, options, registry=REGISTRY)
 
         def run_processor() -> None:
@@ -134,10 +138,15 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
 
         thread = threading.Thread(target=run_processor, name="ostinato-processor", daemon=True)
         thread.start()
-    reads = ReadContext(ctx.settings.shards, proc, ownership, proc.owner_id if proc else "")
+    reads = ReadContext(ctx.settings.shards, proc, ownership, proc.owner_id if proc else "", waiters)
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
              ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, ", processor on" if proc else "")
     app = create_app(ctx, reads, auth=auth)
+
+    async def bind_waiters(app: web.Application) -> None:
+        waiters.bind(asyncio.get_running_loop())
+
+    app.on_startup.append(bind_waiters)
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway

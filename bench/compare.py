@@ -1,0 +1,249 @@
+"""Ostinato and Temporal side by side: every scenario on every engine, alternately, in one invocation.
+
+Absolute figures drift on shared machines, so what matters is the ratio measured minutes apart on the same box.
+Each scenario runs on each engine before the next scenario starts, and the engine order flips every scenario, so
+a slow minute of the machine does not always land on the same engine. Servers stay up between scenarios (their
+idle cost is in the CPU columns). Run `bench/compare --quick` (a few minutes) or `bench/compare` (the full run);
+`--help` lists the knobs. Nothing here asserts a timing: the goals table says met or not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.harness import Engine, Result, Scenario, markdown, run_scenario, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+QUICK = [
+    Scenario("S1", "hello", count=300, concurrency=50, warmup=30),
+    Scenario("S2", "seq10", count=60, concurrency=20, warmup=10, activities_per_workflow=10),
+    Scenario("S3", "fanout100", count=6, concurrency=3, warmup=1, activities_per_workflow=100),
+    Scenario("S4", "sleep1s", count=500, concurrency=500, warmup=20),
+    Scenario("S5", "signal", count=200, concurrency=50, warmup=20),
+    Scenario("S6", "start_only", count=1000, concurrency=100, warmup=50),
+]
+FULL = [
+    Scenario("S1", "hello", count=3000, concurrency=100, warmup=200),
+    Scenario("S2", "seq10", count=500, concurrency=50, warmup=50, activities_per_workflow=10),
+    Scenario("S3", "fanout100", count=40, concurrency=5, warmup=5, activities_per_workflow=100),
+    Scenario("S4", "sleep1s", count=10_000, concurrency=10_000, warmup=100),
+    Scenario("S5", "signal", count=2000, concurrency=100, warmup=100),
+    Scenario("S6", "start_only", count=20_000, concurrency=200, warmup=500),
+]
+HALF_LOAD_SECONDS = {True: 10.0, False: 30.0}  # quick, full: length of the open-loop hello run at half load
+
+
+def make_engines(names: list[str], home: Path) -> list[Engine]:
+    engines: list[Engine] = []
+    for name in names:
+        if name == "ostinato":
+            from bench.engine_ostinato import OstinatoEngine
+
+            engines.append(OstinatoEngine(home=home / "ostinato"))
+        elif name in ("temporal", "temporal-sqlite"):
+            from bench.engine_temporal import TemporalEngine
+
+            engines.append(TemporalEngine(persistent=name == "temporal-sqlite", home=home / name))
+        else:
+            raise SystemExit(f"unknown engine {name!r}: ostinato, temporal, temporal-sqlite")
+    return engines
+
+
+async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool, idle: int) -> list[Result]:
+    results: list[Result] = []
+    run_id = uuid.uuid4().hex[:6]
+    try:
+        for n, scenario in enumerate(scenarios):
+            order = engines if n % 2 == 0 else list(reversed(engines))
+            for engine in order:
+                print(f"== {scenario.name} {scenario.shape} on {engine.name}", file=sys.stderr, flush=True)
+                await engine.start(scenario)
+                result = await run_scenario(engine, scenario, run_id)
+                results.append(result)
+                print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
+                if scenario.shape == "hello":
+                    results.append(await _half_load(engine, scenario, result, run_id, quick))
+        if idle:
+            results += await _s7(engines, scenarios, run_id, idle)
+    finally:
+        for engine in engines:
+            await engine.stop()
+    return results
+
+
+async def _half_load(engine: Engine, s1: Scenario, measured: Result, run_id: str, quick: bool) -> Result:
+    """S1 again in an open loop at half the throughput just measured: the latency users see at a sane load."""
+    rate = max(1.0, measured.workflows_per_s / 2)
+    count = max(20, int(rate * HALF_LOAD_SECONDS[quick]))
+    half = replace(s1, name="S1½", count=count, rate=round(rate, 1), warmup=10)
+    print(f"== S1 at half load ({half.rate}/s) on {engine.name}", file=sys.stderr, flush=True)
+    result = await run_scenario(engine, half, run_id)
+    print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
+    return result
+
+
+async def _s7(engines: list[Engine], scenarios: list[Scenario], run_id: str, idle: int) -> list[Result]:
+    """S7: `idle` open workflows waiting on every engine, then S1 again; compare with S1 on an empty engine."""
+    s1 = next(s for s in scenarios if s.shape == "hello")
+    out = []
+    for engine in engines:
+        print(f"== S7: starting {idle:,} idle workflows on {engine.name}", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        await engine.start(replace(s1, name="S7", idle_before=idle))
+        await engine.start_idle(idle, _idle_progress(engine.name, idle))
+        took = time.perf_counter() - started
+        result = await run_scenario(engine, replace(s1, name="S7"), run_id + "s7")
+        result.note = f"after {idle:,} idle workflows (started in {took:.0f}s, {idle / took:.0f}/s)"
+        print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
+        out.append(result)
+    return out
+
+
+def _idle_progress(name: str, total: int) -> Any:
+    last = [0.0]
+
+    def progress(n: int) -> None:
+        if time.monotonic() - last[0] > 10 or n == total:
+            last[0] = time.monotonic()
+            print(f"  {name} idle: {n:,}/{total:,}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def ratio_table(results: list[Result], base: str) -> str:
+    """Ostinato against each other engine, scenario by scenario: >1 means Ostinato is better."""
+    lines = ["| scenario | against | throughput x | p50 latency x (their/ours) | p99 latency x | metric p99 x |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    by = {(r.scenario, r.engine): r for r in results}
+    for (scenario, engine), other in by.items():
+        ours = by.get((scenario, base))
+        if engine == base or ours is None:
+            continue
+        metric = ""
+        if ours.metric_ms and other.metric_ms:
+            metric = _x(other.metric_ms["p99"], ours.metric_ms["p99"])
+        lines.append(f"| {scenario} {ours.shape} | {engine} | {_x(ours.workflows_per_s, other.workflows_per_s)} | "
+                     f"{_x(other.latency_ms['p50'], ours.latency_ms['p50'])} | "
+                     f"{_x(other.latency_ms['p99'], ours.latency_ms['p99'])} | {metric} |")
+    return "\n".join(lines)
+
+
+def _x(num: float, den: float) -> str:
+    return f"{num / den:.2f}" if den and den == den and num == num else "n/a"
+
+
+def goals(results: list[Result], processor_cps: float | None) -> str:
+    """The issue's targets, each reported met or not met from this run's figures."""
+    get = {(r.scenario, r.engine): r for r in results}
+    ours = {r.scenario: r for r in results if r.engine == "ostinato"}
+    temporal = next((get[(s, e)] for (s, e) in get if s == "S1" and e == "temporal"), None)
+    rows: list[tuple[str, str, bool | None]] = []
+
+    def add(goal: str, value: float | None, ok: bool | None, unit: str = "") -> None:
+        rows.append((goal, "n/a" if value is None else f"{value:,.1f}{unit}", ok))
+
+    s1 = ours.get("S1")
+    if s1 and temporal:
+        x = s1.workflows_per_s / temporal.workflows_per_s if temporal.workflows_per_s else None
+        add("S1 >= 10x Temporal's throughput", x, x is not None and x >= 10, "x")
+    add("S1 >= 1,000 wf/s", s1.workflows_per_s if s1 else None, bool(s1 and s1.workflows_per_s >= 1000))
+    half = ours.get("S1½")
+    add("p50 hello <= 15 ms at half load", half.latency_ms["p50"] if half else None,
+        bool(half and half.latency_ms["p50"] <= 15), " ms")
+    s2 = ours.get("S2")
+    add("S2 >= 150 wf/s", s2.workflows_per_s if s2 else None, bool(s2 and s2.workflows_per_s >= 150))
+    s3 = ours.get("S3")
+    add("S3 >= 5,000 activities/s", s3.activities_per_s if s3 else None, bool(s3 and s3.activities_per_s >= 5000))
+    s4 = ours.get("S4")
+    p99 = s4.metric_ms["p99"] if s4 and s4.metric_ms else None
+    add("S4 timer lateness p99 <= 50 ms", p99, p99 is not None and p99 <= 50, " ms")
+    s6 = ours.get("S6")
+    add("S6 >= 5,000 starts/s", s6.workflows_per_s if s6 else None, bool(s6 and s6.workflows_per_s >= 5000))
+    add("processor >= 10k commands/s", processor_cps, processor_cps is not None and processor_cps >= 10_000)
+    lines = ["| goal | measured | met |", "| --- | --- | --- |"]
+    lines += [f"| {g} | {v} | {'yes' if ok else 'no' if ok is not None else 'n/a'} |" for g, v, ok in rows]
+    return "\n".join(lines)
+
+
+def processor_bench(quick: bool) -> float | None:
+    """bench/processor.py in a child process (it starts its own broker); its commands/s figure."""
+    argv = [sys.executable, str(ROOT / "bench" / "processor.py"), "--json"] + (["--quick"] if quick else [])
+    print("== processor alone (bench/processor.py)", file=sys.stderr, flush=True)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    if done.returncode != 0:
+        print(f"  processor bench failed: {done.stderr[-800:]}", file=sys.stderr)
+        return None
+    figure = float(json.loads(done.stdout.strip().splitlines()[-1])["commands_per_s"])
+    print(f"  {figure:,.0f} commands/s", file=sys.stderr)
+    return figure
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    return {"when": datetime.now(UTC).isoformat(timespec="seconds"), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/compare", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts: a few minutes in all")
+    parser.add_argument("--engines", default="", help="comma-separated: ostinato,temporal,temporal-sqlite "
+                        "(default: ostinato,temporal for --quick, all three otherwise)")
+    parser.add_argument("--scenarios", default="", help="comma-separated subset, e.g. S1,S4")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every count (e.g. 0.01 for a smoke)")
+    parser.add_argument("--s7", type=int, default=0, metavar="N",
+                        help="also run S7: N idle open workflows, then S1 again (e.g. 1000000; takes long)")
+    parser.add_argument("--no-processor", action="store_true", help="skip the processor-alone figure")
+    parser.add_argument("--out", default="", help="JSON results file (default bench/results/compare-<time>.json)")
+    parser.add_argument("--home", default="", help="working directory for servers (default: a temp dir)")
+    args = parser.parse_args(argv)
+    names = [n for n in (args.engines or ("ostinato,temporal" if args.quick else
+                                           "ostinato,temporal,temporal-sqlite")).split(",") if n]
+    scenarios = QUICK if args.quick else FULL
+    if args.scenarios:
+        wanted = set(args.scenarios.split(","))
+        scenarios = [s for s in scenarios if s.name in wanted]
+    if args.scale != 1.0:
+        scenarios = [replace(s, count=max(2, int(s.count * args.scale)), warmup=max(1, int(s.warmup * args.scale)),
+                             concurrency=max(1, min(s.concurrency, int(s.count * args.scale) or 1)))
+                     for s in scenarios]
+    import tempfile
+
+    home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
+    started = time.monotonic()
+    results = asyncio.run(run_all(make_engines(names, home), scenarios, args.quick, args.s7))
+    processor = None if args.no_processor else processor_bench(args.quick)
+    meta = {**machine(), "args": vars(args), "engines": names, "elapsed_s": round(time.monotonic() - started),
+            "processor_commands_per_s": processor}
+    out = args.out or str(ROOT / "bench" / "results" / f"compare-{datetime.now(UTC):%Y%m%dT%H%M%S}.json")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, results, meta)
+    print(f"\n## Results ({meta['cpus']} CPUs, Python {meta['python']}, {meta['elapsed_s']} s)\n")
+    print(markdown(results))
+    if "ostinato" in names and len(names) > 1:
+        print("\n## Ratios (Ostinato against each engine; above 1 is better for Ostinato)\n")
+        print(ratio_table(results, "ostinato"))
+    if "ostinato" in names:
+        print("\n## Goals\n")
+        print(goals(results, processor))
+    print(f"\nJSON: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Wake HTTP long-polls when a run's history grows, instead of having them poll the store.
+
+The processor thread calls `notify` after each commit with the runs that gained events (their store writes are
+done by then, so a woken reader sees them); readers on the event loop `watch` a run before checking the store,
+so a commit between the check and the wait still wakes them. Only the owner's process has the processor whose
+commits matter, and owner reads are exactly what is served there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+
+
+class HistoryWaiters:
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: dict[bytes, set[asyncio.Future[None]]] = {}
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the API runs on (notifications arrive from another thread)."""
+        self._loop = loop
+
+    def notify(self, run_keys: Iterable[bytes]) -> None:
+        """Thread-safe: the runs (`ns/wf/run` store keys) whose history just grew."""
+        loop = self._loop
+        if loop is not None and self._waiters:
+            keys = list(run_keys)
+            with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+                loop.call_soon_threadsafe(self._wake, keys)
+
+    def _wake(self, keys: list[bytes]) -> None:
+        for key in keys:
+            for future in self._waiters.pop(key, ()):
+                if not future.done():
+                    future.set_result(None)
+
+    def watch(self, run_key: bytes) -> asyncio.Future[None]:
+        """A future done at the next notification for `run_key`; register before checking the store."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(run_key, set()).add(future)
+        return future
+
+    async def wait(self, run_key: bytes, future: asyncio.Future[None], timeout_s: float) -> bool:
+        """Wait for `future` (from `watch`) at most `timeout_s`; whether it was notified."""
+        try:
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, timeout_s))
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.unwatch(run_key, future)
+
+    def unwatch(self, run_key: bytes, future: asyncio.Future[None]) -> None:
+        waiting = self._waiters.get(run_key)
+        if waiting is not None:
+            waiting.discard(future)
+            if not waiting:
+                del self._waiters[run_key]
