@@ -35,24 +35,24 @@ QUICK = [
     Scenario("S5", "signal", count=200, concurrency=50, warmup=20),
     Scenario("S6", "start_only", count=1000, concurrency=100, warmup=50),
 ]
-FULL = [
-    Scenario("S1", "hello", count=3000, concurrency=100, warmup=200),
-    Scenario("S2", "seq10", count=500, concurrency=50, warmup=50, activities_per_workflow=10),
-    Scenario("S3", "fanout100", count=40, concurrency=5, warmup=5, activities_per_workflow=100),
-    Scenario("S4", "sleep1s", count=10_000, concurrency=10_000, warmup=100),
-    Scenario("S5", "signal", count=2000, concurrency=100, warmup=100),
-    Scenario("S6", "start_only", count=20_000, concurrency=200, warmup=500),
+FULL = [  # sized for about half an hour with three engines on a 2-core machine; raise with --scale
+    Scenario("S1", "hello", count=1500, concurrency=100, warmup=100),
+    Scenario("S2", "seq10", count=200, concurrency=50, warmup=20, activities_per_workflow=10),
+    Scenario("S3", "fanout100", count=20, concurrency=5, warmup=2, activities_per_workflow=100),
+    Scenario("S4", "sleep1s", count=3000, concurrency=3000, warmup=50),
+    Scenario("S5", "signal", count=1000, concurrency=100, warmup=50),
+    Scenario("S6", "start_only", count=5000, concurrency=200, warmup=200),
 ]
 HALF_LOAD_SECONDS = {True: 10.0, False: 30.0}  # quick, full: length of the open-loop hello run at half load
 
 
-def make_engines(names: list[str], home: Path) -> list[Engine]:
+def make_engines(names: list[str], home: Path, kafka: str | None = None) -> list[Engine]:
     engines: list[Engine] = []
     for name in names:
         if name == "ostinato":
             from bench.engine_ostinato import OstinatoEngine
 
-            engines.append(OstinatoEngine(home=home / "ostinato"))
+            engines.append(OstinatoEngine(home=home / "ostinato", kafka=kafka))
         elif name in ("temporal", "temporal-sqlite"):
             from bench.engine_temporal import TemporalEngine
 
@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-processor", action="store_true", help="skip the processor-alone figure")
     parser.add_argument("--out", default="", help="JSON results file (default bench/results/compare-<time>.json)")
     parser.add_argument("--home", default="", help="working directory for servers (default: a temp dir)")
+    parser.add_argument("--kafka", default=None, help="use this running broker for Ostinato instead of starting one")
     args = parser.parse_args(argv)
     names = [n for n in (args.engines or ("ostinato,temporal" if args.quick else
                                            "ostinato,temporal,temporal-sqlite")).split(",") if n]
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
     started = time.monotonic()
-    results = asyncio.run(run_all(make_engines(names, home), scenarios, args.quick, args.s7))
+    results = asyncio.run(run_all(make_engines(names, home, args.kafka), scenarios, args.quick, args.s7))
     processor = None if args.no_processor else processor_bench(args.quick)
     meta = {**machine(), "args": vars(args), "engines": names, "elapsed_s": round(time.monotonic() - started),
             "processor_commands_per_s": processor}

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ostinato.infra.defaults import cache_dir
 from ostinato.infra.process import free_ports, pid_alive, tail, terminate
@@ -93,7 +94,10 @@ class TemporalDevServer:
         argv = [str(binary), "server", "start-dev", "--headless", "--ip", "127.0.0.1",
                 "--port", str(self.port), "--http-port", str(self.http_port),
                 "--metrics-port", str(self.metrics_port),
-                "--log-level", "warn"]  # start-dev's default, said out loud: info logs would cost server CPU
+                "--log-level", "warn",  # start-dev's default, said out loud: info logs would cost server CPU
+                # Every awaited result is a long-poll; the default cap (1,200 per namespace) fails S4's thousands
+                # in flight with "namespace concurrent poller limit exceeded". A production cluster raises it too.
+                "--dynamic-config-value", "frontend.namespaceCount=100000"]
         if self.db_file is not None:
             argv += ["--db-filename", str(self.db_file)]
         with open(self.log_file, "ab") as log:
@@ -130,3 +134,12 @@ class TemporalDevServer:
             terminate(proc.pid, "temporal", timeout=15.0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(5)
+
+
+def quiet_runtime() -> Any:
+    """A temporalio runtime whose Rust core logs errors only: under S4's thousands of results its retry warnings
+    would otherwise flood the benchmark's stdout (a retried call that finally fails is counted as a failure)."""
+    from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(
+        filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))

@@ -18,6 +18,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from bench.temporal_server import quiet_runtime
 from bench.temporal_workflows import ACTIVITIES, WORKFLOWS
 
 
@@ -26,7 +27,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = await Client.connect(args.address)
+    client = await Client.connect(args.address, runtime=quiet_runtime())
     worker = Worker(client, task_queue=args.task_queue, workflows=WORKFLOWS, activities=ACTIVITIES,
                     max_cached_workflows=args.max_cached_workflows,
                     max_concurrent_activities=args.max_concurrent_activities,

@@ -38,6 +38,7 @@ Record = dict[str, Any]
 C = "ostinato.command."
 REPLY_TIMEOUT_S = 30.0
 POLL_S = 0.05
+FETCH_MAX = 100  # tasks taken from Kafka at once
 log = logging.getLogger("ostinato.worker")
 
 
@@ -109,14 +110,13 @@ class OffsetTracker:
         self._next: dict[tuple[str, int], int] = {}
         self._committed: dict[tuple[str, int], int] = {}
 
-    def begin(self, msg: Message) -> None:
-        key = (msg.topic() or "", int(msg.partition() or 0))
-        offset = int(msg.offset() or 0)
+    def begin(self, topic: str, partition: int, offset: int) -> None:
+        key = (topic, partition)
         self._pending.setdefault(key, set()).add(offset)
         self._next[key] = max(self._next.get(key, 0), offset + 1)
 
-    def done(self, msg: Message) -> None:
-        self._pending.get((msg.topic() or "", int(msg.partition() or 0)), set()).discard(int(msg.offset() or 0))
+    def done(self, topic: str, partition: int, offset: int) -> None:
+        self._pending.get((topic, partition), set()).discard(offset)
 
     def committable(self) -> list[TopicPartition]:
         """Offsets that moved forward since the last call."""
@@ -196,7 +196,7 @@ class KafkaWorkerLoop:
         log.info("worker %s serving %s", self.worker.identity, ", ".join(topics))
         try:
             while not stopping.is_set():
-                messages = await loop.run_in_executor(None, consumer.consume, 100, POLL_S)
+                messages = await loop.run_in_executor(None, self._fetch)
                 if revoked:
                     self.offsets.forget(revoked[:])
                     revoked.clear()
@@ -213,6 +213,14 @@ class KafkaWorkerLoop:
             self._commit_done(asynchronous=False)
             consumer.close()
             self.replies.close()
+
+    def _fetch(self) -> list[Message]:
+        """Wait for the first task only, then take what else is ready: `consume(n, t)` would hold every batch
+        for its whole timeout unless n tasks arrived, adding that wait to each hop of every workflow."""
+        first = self.consumer.poll(POLL_S)
+        if first is None:
+            return []
+        return [first, *self.consumer.consume(FETCH_MAX - 1, 0)]
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -232,16 +240,17 @@ class KafkaWorkerLoop:
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("consuming %s: %s", msg.topic(), err.str())
             return
-        self.offsets.begin(msg)
+        where = (msg.topic() or "", int(msg.partition() or 0), int(msg.offset() or 0))
+        self.offsets.begin(*where)
         try:
             name, task = codec.decode(msg.value() or b"")
         except codec.DecodeError as exc:
-            log.error("skipping an unreadable task at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
-            self.offsets.done(msg)
+            log.error("skipping an unreadable task at %s[%d]@%d: %s", *where, exc)
+            self.offsets.done(*where)
             return
         try:
             if name.endswith("WorkflowTask"):
-                if await self._workflow_task(task, lambda: self.offsets.done(msg)):
+                if await self._workflow_task(task, lambda: self.offsets.done(*where)):
                     return  # done when Kafka acknowledges the completion
             elif name.endswith("QueryTask"):
                 await self._query(task)
@@ -250,9 +259,8 @@ class KafkaWorkerLoop:
             else:
                 log.error("skipping a %s on %s", name, msg.topic())
         except Exception:
-            log.exception("handling the task at %s[%d]@%d failed; the engine's timeout will retry it", msg.topic(),
-                          msg.partition(), msg.offset())
-        self.offsets.done(msg)
+            log.exception("handling the task at %s[%d]@%d failed; the engine's timeout will retry it", *where)
+        self.offsets.done(*where)
 
     def _commit_done(self, asynchronous: bool = True) -> None:
         offsets = self.offsets.committable()

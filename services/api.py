@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from aiohttp import web
+from confluent_kafka import KafkaException
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key
@@ -312,6 +313,8 @@ async def describe_task_queue(request: web.Request) -> web.Response:
             None, describe, gateway.bootstrap, gateway.settings.topic_prefix, request.match_info["task_queue"])
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
+    except KafkaException as exc:  # e.g. a task topic created a moment ago has no partition leader yet
+        return error(503, "unavailable", f"the task queue's topics cannot be read right now: {exc}; retry shortly")
     return web.json_response(found)
 
 

@@ -1,0 +1,30 @@
+"""The benchmark harness end to end on tiny numbers (CI's smoke; figures are printed, never asserted): every
+scenario runs on a real broker, server and worker, and the tables and JSON come out whole."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ostinato.infra.kafka import KafkaCluster
+from tests.conftest import REPO
+
+
+def test_compare_runs_every_scenario_on_ostinato(kafka: KafkaCluster, tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.compare", "--quick", "--engines", "ostinato", "--scale", "0.02",
+         "--no-processor", "--kafka", kafka.bootstrap, "--home", str(tmp_path / "home"), "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert [r["scenario"] for r in results] == ["S1", "S1½", "S2", "S3", "S4", "S5", "S6"]
+    for r in results:
+        assert r["failures"] == 0, r
+        assert r["workflows_per_s"] > 0 and r["latency_ms"]["p50"] > 0, r
+        assert {"server", "worker", "generator"} <= set(r["processes"]), r
+    assert results[4]["metric_ms"] is not None and results[5]["metric_ms"] is not None  # lateness, signal
+    assert "| S4 sleep1s | ostinato | closed |" in done.stdout
+    assert "| S1 >= 1,000 wf/s |" in done.stdout  # the goals table, met or not

@@ -1,0 +1,38 @@
+"""The harness's arithmetic: percentiles by nearest rank, ratios, and goals reported met or not from results."""
+
+from __future__ import annotations
+
+import math
+
+from bench.compare import goals, ratio_table
+from bench.harness import Result, percentiles
+
+
+def _result(engine: str, scenario: str, wfs: float, p50: float, metric: dict[str, float] | None = None) -> Result:
+    return Result(engine=engine, scenario=scenario, shape="hello", mode="closed", count=10, concurrency=1,
+                  elapsed_s=1.0, workflows_per_s=wfs, activities_per_s=wfs,
+                  latency_ms={"p50": p50, "p95": p50, "p99": p50 * 2, "max": p50 * 2}, metric_ms=metric, failures=0)
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentiles(values) == {"p50": 50.0, "p95": 95.0, "p99": 99.0, "max": 100.0}
+    assert percentiles([7.0]) == {"p50": 7.0, "p95": 7.0, "p99": 7.0, "max": 7.0}
+    assert all(math.isnan(v) for v in percentiles([]).values())
+
+
+def test_ratios_say_how_many_times_better_ostinato_is() -> None:
+    table = ratio_table([_result("ostinato", "S1", 100, 10), _result("temporal", "S1", 25, 40)], "ostinato")
+    assert "| S1 hello | temporal | 4.00 | 4.00 | 4.00 |  |" in table
+
+
+def test_goals_are_reported_met_or_not() -> None:
+    results = [_result("ostinato", "S1", 1200, 10), _result("temporal", "S1", 100, 40),
+               _result("ostinato", "S1½", 600, 12), _result("ostinato", "S4", 0, 0, {"p50": 5, "p99": 80})]
+    table = goals(results, 9000)
+    assert "| S1 >= 10x Temporal's throughput | 12.0x | yes |" in table
+    assert "| S1 >= 1,000 wf/s | 1,200.0 | yes |" in table
+    assert "| p50 hello <= 15 ms at half load | 12.0 ms | yes |" in table
+    assert "| S4 timer lateness p99 <= 50 ms | 80.0 ms | no |" in table
+    assert "| processor >= 10k commands/s | 9,000.0 | no |" in table
+    assert "| S2 >= 150 wf/s | n/a | no |" in table
