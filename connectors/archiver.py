@@ -23,12 +23,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ostinato.connectors.archive import ArchivedRun, ArchiveError, S3Archive
+from ostinato.connectors.visibility_sqlite import VISIBILITY_RECORD
 from ostinato.schemas import codec, partition_for
 from ostinato.schemas.keys import workflow_key
 
 log = logging.getLogger("ostinato.archiver")
 
-VISIBILITY_RECORD = "ostinato.visibility.VisibilityRecord"
 COMMAND = "ostinato.command.Command"
 HistorySource = Callable[[str, str, str], "list[bytes] | None"]
 """(namespace, workflow_id, run_id) -> the run's history events as stored (single-object Avro), or None when

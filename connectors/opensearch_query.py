@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +26,7 @@ from ostinato.connectors.query import (
     SystemType,
     index_values,
 )
-from ostinato.connectors.visibility_sqlite import InvalidPageTokenError, decode_search_attributes
+from ostinato.connectors.visibility_sqlite import decode_search_attributes
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import run_key
 
@@ -194,19 +193,3 @@ def row_from_record(value: bytes, registry: Mapping[str, SearchAttributeType]) -
         search_attribute_types={name: t for name, (t, _) in decoded.items()},
     )
     return row
-
-
-def make_token(fingerprint: str, values: list[Any]) -> bytes:
-    return base64.urlsafe_b64encode(json.dumps({"q": fingerprint, "after": values}).encode())
-
-
-def read_token(token: bytes, fingerprint: str, n: int) -> list[Any]:
-    try:
-        body = json.loads(base64.urlsafe_b64decode(token))
-        values: list[Any] = body["after"]
-        ok = body["q"] == fingerprint and isinstance(values, list) and len(values) == n
-    except (ValueError, TypeError, KeyError):
-        ok = False
-    if not ok:
-        raise InvalidPageTokenError("next_page_token does not belong to this namespace and query")
-    return values

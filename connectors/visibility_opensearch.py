@@ -26,7 +26,7 @@ from opensearchpy.exceptions import NotFoundError, TransportError
 
 from ostinato.connectors import opensearch_query as osq
 from ostinato.connectors.query import Query, SearchAttributeType, parse
-from ostinato.connectors.visibility_sqlite import MAX_PAGE_SIZE, VISIBILITY_RECORD
+from ostinato.connectors.visibility_sqlite import MAX_PAGE_SIZE, VISIBILITY_RECORD, make_page_token, read_page_token
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import split_key
 
@@ -227,7 +227,7 @@ class OpenSearchVisibilityStore:
         body: dict[str, Any] = {"query": _in_namespace(namespace, q), "sort": sort, "size": page_size + 1,
                                 "track_total_hits": False, "_source": ["record"]}
         if next_page_token is not None:
-            body["search_after"] = osq.read_token(next_page_token, fingerprint, len(sort))
+            body["search_after"] = read_page_token(next_page_token, fingerprint, len(sort))
         self._ensure_index()
         try:
             hits = self._client.search(index=self.index, body=body)["hits"]["hits"]
@@ -236,7 +236,7 @@ class OpenSearchVisibilityStore:
         token = None
         if len(hits) > page_size:
             hits = hits[:page_size]
-            token = osq.make_token(fingerprint, hits[-1]["sort"])
+            token = make_page_token(fingerprint, hits[-1]["sort"])
         return [self._row(h["_source"]["record"]) for h in hits], token
 
     def _parse(self, query: str | Query, search_attributes: Mapping[str, Any] | None) -> Query:

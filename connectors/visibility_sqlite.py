@@ -230,7 +230,7 @@ class SqliteVisibilityStore:
         keys += [(("e.workflow_id", []), False), (("e.run_id", []), False)]
         fingerprint = hashlib.sha256(repr((namespace, q)).encode()).hexdigest()[:16]
         if next_page_token is not None:
-            after, after_params = _after(keys, _read_token(next_page_token, fingerprint, len(keys)))
+            after, after_params = _after(keys, read_page_token(next_page_token, fingerprint, len(keys)))
             where, params = f"{where} AND {after}", [*params, *after_params]
         select_params = [p for (_, ps), _ in keys for p in ps]
         order = ", ".join(f"k{i} IS NULL, k{i} {'DESC' if desc else 'ASC'}" for i, (_, desc) in enumerate(keys))
@@ -242,7 +242,7 @@ class SqliteVisibilityStore:
         token = None
         if len(found) > page_size:
             found = found[:page_size]
-            token = _make_token(fingerprint, list(found[-1][1:]))
+            token = make_page_token(fingerprint, list(found[-1][1:]))
         return [self._row(r[0]) for r in found], token
 
     def _parse(self, query: str | Query, search_attributes: Mapping[str, Any] | None) -> Query:
@@ -394,11 +394,13 @@ def _after(keys: list[tuple[tuple[str, list[Any]], bool]], last: list[Any]) -> t
     return "(" + (" OR ".join(ors) or "0") + ")", params
 
 
-def _make_token(fingerprint: str, values: list[Any]) -> bytes:
+def make_page_token(fingerprint: str, values: list[Any]) -> bytes:
+    """An opaque next-page token: the sort values of the last row, bound to the namespace and query; shared by
+    every visibility store so their tokens behave alike."""
     return base64.urlsafe_b64encode(json.dumps({"q": fingerprint, "after": values}).encode())
 
 
-def _read_token(token: bytes, fingerprint: str, n: int) -> list[Any]:
+def read_page_token(token: bytes, fingerprint: str, n: int) -> list[Any]:
     try:
         body = json.loads(base64.urlsafe_b64decode(token))
         values: list[Any] = body["after"]

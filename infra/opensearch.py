@@ -20,7 +20,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -32,6 +31,7 @@ from pathlib import Path
 from ostinato.infra import defaults, process
 from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import java_executable, template
+from ostinato.infra.maven import fetch_artifact
 
 SEARCH_USER = os.environ.get("OSTINATO_OPENSEARCH_USER", "ostinato-search")
 _ROOT_BASE = Path(os.environ.get("OSTINATO_OPENSEARCH_ROOT_DIR", "/var/lib/ostinato-opensearch"))
@@ -40,45 +40,6 @@ _COMPLETE = ".complete"
 
 def opensearch_version() -> str:
     return os.environ.get("OSTINATO_OPENSEARCH_VERSION", defaults.OPENSEARCH_VERSION)
-
-
-def fetch_artifact(coordinates: str, target: Path, label: str) -> Path:
-    """Copy one Maven Central artifact into directory `target` unless already there; returns the file.
-
-    Same discipline as `maven.fetch_classpath`: download into a temporary sibling, rename into place only
-    when mvn succeeded, so an interrupted download never looks complete. (It belongs beside that function.)
-    """
-    if (target / _COMPLETE).exists():
-        return target / (target / _COMPLETE).read_text().strip()
-    mvn = process.require_executable("mvn", "Install Apache Maven (Debian: `apt-get install -y maven`).")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    print(f"Fetching {label} from Maven Central into {target} (first run only)...", file=sys.stderr, flush=True)
-    started = time.monotonic()
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    argv = [mvn, "-B", "-ntp", "-q", f"{defaults.MAVEN_DEPENDENCY_PLUGIN}:copy", f"-Dartifact={coordinates}",
-            f"-DoutputDirectory={staging}"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=target.parent, timeout=900)
-    except subprocess.TimeoutExpired:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise InfraError(f"downloading {label} with mvn took longer than 15 minutes; is Maven Central reachable?"
-                         ) from None
-    files = [p.name for p in staging.iterdir()]
-    if proc.returncode != 0 or len(files) != 1:
-        shutil.rmtree(staging, ignore_errors=True)
-        output = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise InfraError(f"could not download {label} ({coordinates}) from Maven Central (mvn exited "
-                         f"{proc.returncode}).\n{output}\nCheck the network or proxy settings (~/.m2/settings.xml).")
-    (staging / _COMPLETE).write_text(files[0] + "\n")
-    shutil.rmtree(target, ignore_errors=True)  # a leftover of an interrupted layout, never a complete one
-    try:
-        staging.rename(target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        if not (target / _COMPLETE).exists():
-            raise
-    print(f"Fetched {label} in {time.monotonic() - started:.1f}s.", file=sys.stderr, flush=True)
-    return target / files[0]
 
 
 def fetch(version: str | None = None) -> Path:

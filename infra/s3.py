@@ -20,7 +20,7 @@ from pathlib import Path
 from ostinato.infra import defaults, process
 from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import java_executable
-from ostinato.infra.opensearch import fetch_artifact
+from ostinato.infra.maven import fetch_artifact
 
 ACCESS_KEY = "ostinato"
 SECRET_KEY = "ostinato-secret"

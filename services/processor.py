@@ -365,7 +365,9 @@ class Processor:
                          rejection.message)
             for lateness in shard.timers_fired:
                 self.metrics.timer_lateness.observe(max(0, lateness) / 1000)
-            grown |= shard.committed(checkpoint)
+            if self.options.on_history is not None:  # only a server with waiting readers asks
+                grown |= shard.grown_runs()
+            shard.committed(checkpoint)
         if grown and self.options.on_history is not None:
             self.options.on_history(grown)
         self._announce.clear()

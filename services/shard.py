@@ -384,14 +384,11 @@ class Shard:
 
     # -- the end of a batch ---------------------------------------------------------------------------------------
 
-    def committed(self, checkpoint: dict[bytes, bytes]) -> set[bytes]:
-        """The transaction is committed: write the overlay and the checkpoint to the store, in one batch.
-
-        Returns the runs (state keys `ns/wf/run`) that gained history, for readers waiting on them."""
+    def committed(self, checkpoint: dict[bytes, bytes]) -> None:
+        """The transaction is committed: write the overlay and the checkpoint to the store, in one batch."""
         writes: dict[Family, dict[bytes, bytes | None]] = {f: dict(items) for f, items in self.writes.items()}
         writes[Family.META].update(checkpoint)
         self.store.write(writes)
-        grown = {key.rpartition(b"/")[0] for key, value in writes[Family.HISTORY].items() if value is not None}
         for key, workflow in self._working.items():
             if workflow.runs or workflow.current is not None:
                 self._cache[key] = workflow
@@ -399,7 +396,10 @@ class Shard:
             self._cache.popitem(last=False)
         self._working = {}
         self.reset()
-        return grown
+
+    def grown_runs(self) -> set[bytes]:
+        """The runs (state keys `ns/wf/run`) this batch added history to, for readers waiting on them."""
+        return {key.rpartition(b"/")[0] for key, value in self.writes[Family.HISTORY].items() if value is not None}
 
     def reset(self) -> None:
         """Forget the batch (after the store write, or after an abort)."""
