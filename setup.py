@@ -9,7 +9,7 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).parent
-LAYERS = ("schemas", "streams", "services", "sdk", "connectors", "infra")
+LAYERS = ("schemas", "kafka", "streams", "services", "sdk", "connectors", "infra")
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:
@@ -18,6 +18,11 @@ def _packages() -> tuple[list[str], dict[str, str]]:
         for init in sorted((ROOT / layer).rglob("__init__.py")):
             rel = init.parent.relative_to(ROOT)
             packages.append(".".join(("ostinato", *rel.parts)))
+        # Folders of data files (schemas/avro, infra/templates) are packages to setuptools too: named here, so it
+        # ships them without warning that they look like packages left out.
+        for folder in sorted(p for p in (ROOT / layer).rglob("*") if p.is_dir() and p.name.isidentifier()):
+            if not (folder / "__init__.py").exists() and folder.name != "__pycache__" and any(folder.iterdir()):
+                packages.append(".".join(("ostinato", *folder.relative_to(ROOT).parts)))
         package_dir[f"ostinato.{layer}"] = layer
     return packages, package_dir
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import fastavro
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import shard_for, workflow_key
 from ostinato.schemas.partitioner import partition_for
 
@@ -54,28 +54,28 @@ def event(event_id: int, event_type: str, attributes: tuple[str, dict[str, Any]]
 
 
 SAMPLES: list[tuple[str, str, dict[str, Any]]] = [
-    ("Command/RespondWorkflowTaskCompleted x3", "ostinato.command.Command", command((
-        "ostinato.command.RespondWorkflowTaskCompleted",
+    ("Command/RespondWorkflowTaskCompleted x3", wire.COMMAND, command((
+        wire.command_type("RespondWorkflowTaskCompleted"),
         {"scheduled_event_id": 2, "attempt": 1, "force_create_new_task": False, "sdk_flags": [1], "build_id": "v1",
          "commands": [
-             ("ostinato.command.ScheduleActivityTaskCommand", SCHEDULE),
-             ("ostinato.command.StartTimerCommand", {"timer_id": "2", "start_to_fire_timeout_ms": 300_000}),
-             ("ostinato.command.UpsertWorkflowSearchAttributesCommand", {"search_attributes": {
+             (wire.command_type("ScheduleActivityTaskCommand"), SCHEDULE),
+             (wire.command_type("StartTimerCommand"), {"timer_id": "2", "start_to_fire_timeout_ms": 300_000}),
+             (wire.command_type("UpsertWorkflowSearchAttributesCommand"), {"search_attributes": {
                  "OrderStatus": {"metadata": {"encoding": b"json/plain"}, "data": b'"charging"'}}}),
          ]}))),
-    ("Command/StartWorkflowExecution", "ostinato.command.Command", command((
-        "ostinato.command.StartWorkflowExecution",
+    ("Command/StartWorkflowExecution", wire.COMMAND, command((
+        wire.command_type("StartWorkflowExecution"),
         {"workflow_type": "OrderWorkflow", "task_queue": "payments", "input": [json_payload()],
          "execution_timeout_ms": None, "run_timeout_ms": 86_400_000, "task_timeout_ms": 10_000,
          "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL", "retry_policy": None, "memo": {},
          "search_attributes": {}, "header": {}, "parent": None}))),
-    ("HistoryEvent/ActivityTaskScheduled", "ostinato.history.HistoryEvent", event(5, "ACTIVITY_TASK_SCHEDULED", (
+    ("HistoryEvent/ActivityTaskScheduled", wire.HISTORY_EVENT, event(5, "ACTIVITY_TASK_SCHEDULED", (
         "ostinato.history.ActivityTaskScheduledEventAttributes",
         {**SCHEDULE, "workflow_task_completed_event_id": 4}))),
-    ("HistoryEvent/ActivityTaskCompleted", "ostinato.history.HistoryEvent", event(7, "ACTIVITY_TASK_COMPLETED", (
+    ("HistoryEvent/ActivityTaskCompleted", wire.HISTORY_EVENT, event(7, "ACTIVITY_TASK_COMPLETED", (
         "ostinato.history.ActivityTaskCompletedEventAttributes",
         {"result": [json_payload()], "scheduled_event_id": 5, "started_event_id": 6, "identity": "worker-1@host-a"}))),
-    ("ActivityTask", "ostinato.task.ActivityTask",
+    ("ActivityTask", wire.ACTIVITY_TASK,
      {"namespace": NS, "workflow_id": WF_ID, "run_id": RUN_ID, "workflow_type": "OrderWorkflow", "activity_id": "1",
       "activity_type": "charge_card", "task_queue": "payments", "scheduled_event_id": 5, "attempt": 1,
       "input": [json_payload()], "header": {}, "heartbeat_details": [], "scheduled_time_ms": T0,

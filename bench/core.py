@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 from ostinato.streams.config import Config
 from ostinato.streams.deciders import decide
 from ostinato.streams.model import Workflow
@@ -29,8 +29,8 @@ PAYLOAD = {"metadata": {"encoding": b"json/plain"}, "data": b'{"order": "A-1", "
 def command(workflow_id: str, name: str, body: Record, run_id: str = "", request_id: str = "r") -> Record:
     record = {"namespace": "default", "workflow_id": workflow_id, "run_id": run_id, "request_id": request_id,
               "identity": "bench-worker", "time_ms": 0, "reply_partition": 0,
-              "body": ("ostinato.command." + name, body)}
-    return codec.decode(codec.encode("ostinato.command.Command", record))[1]
+              "body": (wire.command_type(name), body)}
+    return codec.decode(codec.encode(wire.COMMAND, record))[1]
 
 
 def one_workflow(i: int, config: Config, now: int) -> int:
@@ -40,7 +40,7 @@ def one_workflow(i: int, config: Config, now: int) -> int:
     decide(wf, command(wid, "StartWorkflowExecution", {"workflow_type": "Hello", "task_queue": "hello",
                                                        "input": [PAYLOAD]}, request_id=f"s{i}"), now, config)
     run_id = wf.current.run_id  # type: ignore[union-attr]
-    schedule = ("ostinato.command.ScheduleActivityTaskCommand", {
+    schedule = (wire.command_type("ScheduleActivityTaskCommand"), {
         "activity_id": "1", "activity_type": "say_hello", "input": [PAYLOAD], "start_to_close_timeout_ms": 10_000})
     decide(wf, command(wid, "RespondWorkflowTaskCompleted",
                        {"scheduled_event_id": 2, "attempt": 1, "commands": [schedule]}, run_id), now + 1, config)
@@ -48,7 +48,7 @@ def one_workflow(i: int, config: Config, now: int) -> int:
            now + 2, config)
     decide(wf, command(wid, "RespondActivityTaskCompleted",
                        {"scheduled_event_id": 5, "attempt": 1, "result": [PAYLOAD]}, run_id), now + 3, config)
-    done = ("ostinato.command.CompleteWorkflowExecutionCommand", {"result": [PAYLOAD]})
+    done = (wire.command_type("CompleteWorkflowExecutionCommand"), {"result": [PAYLOAD]})
     decide(wf, command(wid, "RespondWorkflowTaskCompleted",
                        {"scheduled_event_id": 8, "attempt": 1, "commands": [done]}, run_id), now + 4, config)
     assert wf.runs[run_id].status == "COMPLETED"
@@ -63,10 +63,10 @@ def measure(n: int, config: Config) -> tuple[float, int, int]:
     for i in range(n):
         wid = f"hello-{i}"
         run_id = new_run_id("default", wid, f"s{i}", str(i))
-        schedule = ("ostinato.command.ScheduleActivityTaskCommand", {
+        schedule = (wire.command_type("ScheduleActivityTaskCommand"), {
             "activity_id": "1", "activity_type": "say_hello", "input": [PAYLOAD],
             "start_to_close_timeout_ms": 10_000})
-        done = ("ostinato.command.CompleteWorkflowExecutionCommand", {"result": [PAYLOAD]})
+        done = (wire.command_type("CompleteWorkflowExecutionCommand"), {"result": [PAYLOAD]})
         batches.append((Workflow("default", wid), [
             command(wid, "StartWorkflowExecution", {"workflow_type": "Hello", "task_queue": "hello",
                                                     "input": [PAYLOAD]}, request_id=f"s{i}"),

@@ -43,7 +43,7 @@ from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.infra.process import free_ports
 from ostinato.sdk._http import HttpService
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 INGEST_QUEUE = "bench-ingest"  # start_only: a queue no worker serves, so starts stay starts

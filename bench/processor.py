@@ -32,13 +32,13 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from prometheus_client import CollectorRegistry
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.schemas import codec, partition_for
+from ostinato.kafka.clients import base_config
+from ostinato.kafka.task_topics import TaskTopics
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import TaskKind, Topic, task_topic_name, topic_name
-from ostinato.services.cluster import init_cluster
-from ostinato.services.kafka_clients import base_config
-from ostinato.services.processor import Processor, ProcessorOptions
-from ostinato.services.task_topics import TaskTopics
+from ostinato.services.admin.cluster import init_cluster
+from ostinato.services.history.processor import Processor, ProcessorOptions
 
 QUEUE, NS = "bench", "default"
 TRANSACTION, PRODUCE = "transaction", "produce (hand to librdkafka)"
@@ -161,9 +161,9 @@ def preload(bootstrap: str, prefix: str, shards: int, commands: Commands) -> Non
     topic, now = topic_name(prefix, Topic.COMMANDS), int(time.time() * 1000)
     for i, (wf, name, body) in enumerate(commands):
         key = workflow_key(NS, wf)
-        value = codec.encode("ostinato.command.Command", {
+        value = codec.encode(wire.COMMAND, {
             "namespace": NS, "workflow_id": wf, "run_id": "", "request_id": f"bench-{i}", "identity": "bench",
-            "time_ms": now, "reply_partition": None, "body": ("ostinato.command." + name, body)})
+            "time_ms": now, "reply_partition": None, "body": (wire.command_type(name), body)})
         producer.produce(topic, value, key.encode(), partition=partition_for(key, shards),
                          on_delivery=lambda err, _m: failed.append(err) if err else None)
         producer.poll(0)

@@ -25,9 +25,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import fastavro
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 
-HISTORY_EVENT = "ostinato.history.HistoryEvent"
 CODEC = "deflate"  # in every Avro implementation, so "plain fastavro" (or Spark, or avro-tools) reads it
 _META = "ostinato."
 _MISSING = ("NoSuchKey", "404", "NotFound")
@@ -70,7 +69,7 @@ class IndexEntry:
 def history_schema() -> Any:
     """The HistoryEvent schema the archives are written with: its Parsing Canonical Form, which defines every
     named type where first used, so the file's header is a complete schema for any reader."""
-    return fastavro.parse_schema(json.loads(codec.registry().schema(HISTORY_EVENT).canonical))
+    return fastavro.parse_schema(json.loads(codec.registry().schema(wire.HISTORY_EVENT).canonical))
 
 
 def archive_key(namespace: str, workflow_id: str, run_id: str, close_time_ms: int, prefix: str = "") -> str:

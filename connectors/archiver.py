@@ -23,13 +23,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ostinato.connectors.archive import ArchivedRun, ArchiveError, S3Archive
-from ostinato.connectors.visibility_sqlite import VISIBILITY_RECORD
-from ostinato.schemas import codec, partition_for
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 
 log = logging.getLogger("ostinato.archiver")
 
-COMMAND = "ostinato.command.Command"
 HistorySource = Callable[[str, str, str], "list[bytes] | None"]
 """(namespace, workflow_id, run_id) -> the run's history events as stored (single-object Avro), or None when
 the run no longer exists. May raise: the archiver retries with backoff."""
@@ -134,7 +132,7 @@ class Archiver:
             type_name, rec = codec.decode(value)
         except ValueError as exc:
             type_name, rec = f"an undecodable record ({exc})", {}
-        if type_name != VISIBILITY_RECORD:
+        if type_name != wire.VISIBILITY:
             self.skipped += 1
             log.warning("archiver: skipped %s under key %r", type_name, key)
             return None
@@ -158,10 +156,10 @@ class Archiver:
     def _confirm(self, ns: str, wid: str, rid: str, uri: str, event_count: int) -> None:
         command = {"namespace": ns, "workflow_id": wid, "run_id": rid, "request_id": f"archive-{uuid.uuid4().hex}",
                    "identity": "ostinato-archiver", "time_ms": int(time.time() * 1000), "reply_partition": None,
-                   "body": ("ostinato.command.ArchivalCompleted", {"uri": uri, "event_count": event_count})}
+                   "body": (wire.command_type("ArchivalCompleted"), {"uri": uri, "event_count": event_count})}
         key = workflow_key(ns, wid)
         failure: list[Any] = []
-        self._producer.produce(self.commands_topic, codec.encode(COMMAND, command), key.encode(),
+        self._producer.produce(self.commands_topic, codec.encode(wire.COMMAND, command), key.encode(),
                                partition=partition_for(key, self.shards),
                                on_delivery=lambda err, _m: failure.append(err) if err is not None else None)
         if self._producer.flush(30) > 0:

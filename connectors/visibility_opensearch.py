@@ -26,7 +26,8 @@ from opensearchpy.exceptions import NotFoundError, TransportError
 
 from ostinato.connectors import opensearch_query as osq
 from ostinato.connectors.query import Query, SearchAttributeType, parse
-from ostinato.connectors.visibility_sqlite import MAX_PAGE_SIZE, VISIBILITY_RECORD, make_page_token, read_page_token
+from ostinato.connectors.visibility_sqlite import MAX_PAGE_SIZE, make_page_token, read_page_token
+from ostinato.schemas import wire
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import split_key
 
@@ -148,7 +149,7 @@ class OpenSearchVisibilityStore:
             type_name, rec = decode(value)
         except ValueError as exc:
             type_name, rec = f"an undecodable record ({exc})", {}
-        if type_name != VISIBILITY_RECORD:
+        if type_name != wire.VISIBILITY:
             # One bad record must not wedge the store (and its feeder) forever: count it, say so, go on.
             self.skipped += 1
             log.warning("visibility: skipped %s under key %r", type_name, key)

@@ -31,6 +31,7 @@ from ostinato.connectors.query import (
     index_values,
     parse,
 )
+from ostinato.schemas import wire
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import split_key
 
@@ -38,7 +39,6 @@ log = logging.getLogger("ostinato.visibility")
 # `list` is also a method of the store, which shadows the builtin in the class body
 Rows = list[dict[str, Any]]
 Params = list[Any]
-VISIBILITY_RECORD = "ostinato.visibility.VisibilityRecord"
 MAX_PAGE_SIZE = 1000
 
 _SCHEMA = """
@@ -134,7 +134,7 @@ class SqliteVisibilityStore:
             type_name, rec = decode(value)
         except ValueError as exc:
             type_name, rec = f"an undecodable record ({exc})", {}
-        if type_name != VISIBILITY_RECORD:
+        if type_name != wire.VISIBILITY:
             # One bad record must not wedge the store (and its feeder) forever: count it, say so, go on.
             self.skipped += 1
             log.warning("visibility: skipped %s under key %r", type_name, key)

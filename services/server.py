@@ -18,13 +18,13 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from ostinato import __version__
 from ostinato.infra.process import check_port_free
 from ostinato.schemas.cluster import ClusterSettings
-from ostinato.services.archival import add_routes as add_archive_routes
-from ostinato.services.auth import Auth
-from ostinato.services.cluster import ClusterError, read_settings
-from ostinato.services.history_waiters import HistoryWaiters
-from ostinato.services.openapi import install as install_openapi
-from ostinato.services.ownership import OwnershipTable
-from ostinato.services.reads import ReadContext, add_routes
+from ostinato.services.admin.archival import add_routes as add_archive_routes
+from ostinato.services.admin.cluster import ClusterError, read_settings
+from ostinato.services.admin.ownership import OwnershipTable
+from ostinato.services.frontend.auth import Auth
+from ostinato.services.frontend.openapi import install as install_openapi
+from ostinato.services.frontend.reads import ReadContext, add_routes
+from ostinato.services.history.waiters import HistoryWaiters
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 7243
@@ -100,13 +100,13 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
           opensearch_url: str = "") -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
-    from ostinato.services.api import install as install_api
-    from ostinato.services.gateway import CommandGateway
-    from ostinato.services.namespaces_api import Namespaces
-    from ostinato.services.namespaces_api import config_for as namespace_config
-    from ostinato.services.namespaces_api import install as install_namespaces
-    from ostinato.services.processor import Processor, ProcessorOptions
-    from ostinato.services.visibility_api import install as install_visibility
+    from ostinato.services.frontend.api import install as install_api
+    from ostinato.services.frontend.gateway import CommandGateway
+    from ostinato.services.frontend.namespaces_api import Namespaces
+    from ostinato.services.frontend.namespaces_api import config_for as namespace_config
+    from ostinato.services.frontend.namespaces_api import install as install_namespaces
+    from ostinato.services.frontend.visibility_api import install as install_visibility
+    from ostinato.services.history.processor import Processor, ProcessorOptions
     from ostinato.streams.config import Config
 
     check_port_free(port, host, what="the Ostinato API")
@@ -174,8 +174,8 @@ def _install_archival(app: web.Application, ctx: ServerContext, archive_uri: str
     from ostinato.connectors.archive import S3Archive
     from ostinato.connectors.archiver import Archiver
     from ostinato.sdk.blobstore_s3 import ensure_bucket, s3_client
-    from ostinato.services.archival import HistoryOverApi
-    from ostinato.services.archival import install as install_archival
+    from ostinato.services.admin.archival import HistoryOverApi
+    from ostinato.services.admin.archival import install as install_archival
 
     try:
         archive = S3Archive.from_uri(s3_client(), archive_uri)

@@ -6,6 +6,7 @@ ScheduleTimer/CancelTimer actions) and turns each due one into a FireTimer comma
 
 from __future__ import annotations
 
+from ostinato.schemas import wire
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.model import RunState
@@ -57,7 +58,7 @@ def in_first_task_backoff(run: RunState, now_ms: int | None = None) -> bool:
 
 def fire_timer_body(deadline: Deadline) -> tuple[str, dict[str, object]]:
     """The FireTimer command body for a due deadline."""
-    return ("ostinato.command.FireTimer", {
+    return (wire.command_type("FireTimer"), {
         "kind": deadline.kind, "fire_at_ms": deadline.fire_at_ms, "timer_id": deadline.timer_id,
         "scheduled_event_id": deadline.scheduled_event_id, "attempt": deadline.attempt,
     })

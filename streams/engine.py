@@ -10,36 +10,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ostinato.schemas import codec, partition_for
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import run_key, workflow_key
-from ostinato.streams import engine_tasks as records
-from ostinato.streams.actions import (
-    Action,
-    Archive,
-    CancelTimer,
-    Deadline,
-    DeleteRun,
-    DispatchActivityTask,
-    DispatchQueryTask,
-    DispatchWorkflowTask,
-    Reply,
-    ScheduleTimer,
-    SendCommand,
-    UpsertVisibility,
-)
+from ostinato.streams.actions import Deadline, Reply
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fire_timer_body
 from ostinato.streams.deciders import decide
-from ostinato.streams.model import Workflow, encode_current, encode_run, to_record
+from ostinato.streams.model import RunState, Workflow, encode_current, encode_run, to_record
+from ostinato.streams.perform import perform
 from ostinato.streams.writer import Step
 
 Record = dict[str, Any]
 Task = tuple[str, Record]  # a record off a task topic, as the codec decodes it: (type name, record)
 
-COMMAND = "ostinato.command.Command"
-HISTORY_EVENT = "ostinato.history.HistoryEvent"
-COMMAND_PREFIX = "ostinato.command."
 SHELL_IDENTITY = "ostinato"
 QUERY_TIMEOUT_MS = 10_000
 MAX_COMMANDS_PER_RUN = 1_000_000  # a bound on run_until_idle: commands that beget commands forever are a bug
@@ -94,6 +78,7 @@ class InMemoryEngine:
         self.archive_requests: list[tuple[str, str, str]] = []
         self.archives: dict[str, list[Record]] = {}  # uri -> the archived history
         self._requests = 0
+        self._outbox = _EngineOutbox(self)
 
     # -- the commands log ---------------------------------------------------------------------------------------
 
@@ -108,7 +93,7 @@ class InMemoryEngine:
         exception, and None is returned.
         """
         try:
-            data = codec.encode(COMMAND, command)
+            data = codec.encode(wire.COMMAND, command)
             decoded = codec.decode(data)[1]
             shard = self.shard_of(decoded["namespace"], decoded["workflow_id"])
         except (ValueError, TypeError) as exc:
@@ -166,7 +151,7 @@ class InMemoryEngine:
         else:
             self._commit(shard, workflow, step)
         for action in step.actions:
-            self._perform(workflow, action)
+            perform(workflow, action, self._outbox)
 
     def _read(self, data: bytes) -> Record | None:
         try:
@@ -174,8 +159,8 @@ class InMemoryEngine:
         except codec.DecodeError as exc:
             self._malformed(None, str(exc))
             return None
-        if name != COMMAND:
-            self._malformed(None, f"expected a {COMMAND} on the commands topic, found {name}")
+        if name != wire.COMMAND:
+            self._malformed(None, f"expected a {wire.COMMAND} on the commands topic, found {name}")
             return None
         return command
 
@@ -187,7 +172,7 @@ class InMemoryEngine:
             shard.workflows.pop(key, None)
         for run_id, event in step.events:
             run = (*key, run_id)
-            data = codec.encode(HISTORY_EVENT, event)
+            data = codec.encode(wire.HISTORY_EVENT, event)
             self.histories.setdefault(run, []).append(codec.decode(data)[1])
             self.history_bytes[run] = self.history_bytes.get(run, 0) + len(data)
         for run_id in step.changed_runs:
@@ -205,11 +190,11 @@ class InMemoryEngine:
     # -- rejections ---------------------------------------------------------------------------------------------
 
     def _reject(self, command: Record, code: str, message: str) -> None:
-        rejected = {"code": code, "message": message, "existing_run_id": ""}
-        self._record_rejection(command, rejected)
+        body = wire.rejected(code, message)
+        self._record_rejection(command, body[1])
         if command["reply_partition"] is not None:
-            self._perform(None, Reply(command["request_id"], command["reply_partition"], command["namespace"],
-                                      command["workflow_id"], ("ostinato.reply.Rejected", rejected)))
+            perform(None, Reply(command["request_id"], command["reply_partition"], command["namespace"],
+                                command["workflow_id"], body), self._outbox)
 
     def _record_rejection(self, command: Record | None, rejected: Record) -> None:
         self.rejections[rejected["code"]] += 1
@@ -217,64 +202,16 @@ class InMemoryEngine:
 
     def _malformed(self, command: Any, message: str) -> None:
         """Count an unreadable command, and answer it if it says where (the frontend's sender waits)."""
-        rejected = {"code": "MALFORMED", "message": message, "existing_run_id": ""}
-        self._record_rejection(None, rejected)
+        body = wire.rejected("MALFORMED", message)
+        self._record_rejection(None, body[1])
         fields: dict[Any, Any] = command if isinstance(command, dict) else {}
         request_id, partition = fields.get("request_id"), fields.get("reply_partition")
         if isinstance(request_id, str) and isinstance(partition, int):
             ns, wf = fields.get("namespace"), fields.get("workflow_id")
-            self._perform(None, Reply(request_id, partition, ns if isinstance(ns, str) else "",
-                                      wf if isinstance(wf, str) else "", ("ostinato.reply.Rejected", rejected)))
+            perform(None, Reply(request_id, partition, ns if isinstance(ns, str) else "",
+                                wf if isinstance(wf, str) else "", body), self._outbox)
 
     # -- actions ------------------------------------------------------------------------------------------------
-
-    def _perform(self, workflow: Workflow | None, action: Action) -> None:
-        """Carry out one action, as the Kafka shell does inside the transaction of the command that made it."""
-        if isinstance(action, SendCommand):
-            self.submit(action.command)
-        elif isinstance(action, Reply):
-            self.replies[action.request_id] = _wire(records.REPLY, records.reply_record(action))
-        elif isinstance(action, ScheduleTimer):
-            key = _timer_key(action.namespace, action.workflow_id, action.deadline)
-            if self._find_timer(key) is None:
-                bisect.insort(self.timers, key)
-        elif isinstance(action, CancelTimer):
-            i = self._find_timer(_timer_key(action.namespace, action.workflow_id, action.deadline))
-            if i is not None:  # a deadline that just fired is already out of the index
-                del self.timers[i]
-        elif isinstance(action, DeleteRun):
-            run = (action.namespace, action.workflow_id, action.run_id)
-            self.histories.pop(run, None)
-            self.history_bytes.pop(run, None)
-            self.visibility.pop(run, None)
-        elif isinstance(action, Archive):
-            self.archive_requests.append((action.namespace, action.workflow_id, action.run_id))
-        else:
-            assert workflow is not None, f"{type(action).__name__} needs the workflow it is about"
-            self._perform_on_run(workflow, action)
-
-    def _perform_on_run(self, workflow: Workflow, action: Action) -> None:
-        """The actions whose records are built from the run's state and history."""
-        assert isinstance(action, DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility)
-        run = workflow.runs.get(action.run_id)
-        if run is None:
-            return
-        history = self.histories.get((action.namespace, action.workflow_id, action.run_id), [])
-        if isinstance(action, DispatchWorkflowTask):
-            task = records.workflow_task(run, action, history, self.config)
-            if task is not None:
-                _queue(self.workflow_tasks, action.task_queue).append(codec.encode(records.WORKFLOW_TASK, task))
-        elif isinstance(action, DispatchActivityTask):
-            task = records.activity_task(run, action, history)
-            if task is not None:
-                _queue(self.activity_tasks, task["task_queue"]).append(codec.encode(records.ACTIVITY_TASK, task))
-        elif isinstance(action, DispatchQueryTask):
-            query = records.query_task(run, action)
-            _queue(self.workflow_tasks, action.task_queue).append(codec.encode(records.QUERY_TASK, query))
-        else:
-            size = self.history_bytes.get((action.namespace, action.workflow_id, action.run_id), 0)
-            self.visibility[(action.namespace, action.workflow_id, action.run_id)] = _wire(
-                records.VISIBILITY, records.visibility_record(run, size))
 
     # -- time ---------------------------------------------------------------------------------------------------
 
@@ -405,13 +342,13 @@ class InMemoryEngine:
     def answer_query(self, task: Record, result: Sequence[Record] = (), failure: Record | str | None = None) -> None:
         """Answer a QueryTask on the replies topic, as a worker does, keyed by the query's request id."""
         body = {"result": list(result), "failure": None if failure is None else _failure(failure)}
-        self._perform(None, Reply(task["request_id"], task["reply_partition"], task["namespace"],
-                                  task["workflow_id"], ("ostinato.reply.QueryResult", body)))
+        perform(None, Reply(task["request_id"], task["reply_partition"], task["namespace"],
+                            task["workflow_id"], (wire.QUERY_RESULT, body)), self._outbox)
 
     def respond(self, task: Record, name: str, body: Record, identity: str = "worker") -> Record | None:
         """Answer a task with any command (`name` with or without its `ostinato.command.` namespace), as an SDK
         worker does; returns the reply."""
-        return self._answer(task, name.removeprefix(COMMAND_PREFIX), body, identity)
+        return self._answer(task, wire.short_name(name), body, identity)
 
     def _answer(self, task: Record, name: str, body: Record, identity: str) -> Record | None:
         return self._send(task["namespace"], task["workflow_id"], name, body, run_id=task["run_id"],
@@ -504,9 +441,59 @@ class InMemoryEngine:
         request_id = request_id or self._request_id()
         self.submit({"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
                      "request_id": request_id, "identity": identity, "time_ms": self.clock.now_ms,
-                     "reply_partition": 0, "body": (COMMAND_PREFIX + name, body)})
+                     "reply_partition": 0, "body": (wire.command_type(name), body)})
         self.run_until_idle()
         return self.reply(request_id)
+
+
+class _EngineOutbox:
+    """The in-memory engine's `Outbox`: records into its queues and dictionaries, encoded and decoded on the way
+    so each must fit its schema as on Kafka."""
+
+    def __init__(self, engine: InMemoryEngine) -> None:
+        self._engine = engine
+
+    def config(self, namespace: str) -> Config:
+        return self._engine.config
+
+    def history(self, run: RunState) -> Sequence[Record]:
+        return self._engine.histories.get((run.namespace, run.workflow_id, run.run_id), [])
+
+    def history_size(self, run: RunState) -> int:
+        return self._engine.history_bytes.get((run.namespace, run.workflow_id, run.run_id), 0)
+
+    def command(self, command: Record) -> None:
+        self._engine.submit(command)
+
+    def reply(self, reply_partition: int, request_id: str, reply: Record) -> None:
+        self._engine.replies[request_id] = _wire(wire.REPLY, reply)
+
+    def workflow_task(self, task_queue: str, namespace: str, workflow_id: str, type_name: str, task: Record) -> None:
+        _queue(self._engine.workflow_tasks, task_queue).append(codec.encode(type_name, task))
+
+    def activity_task(self, task_queue: str, namespace: str, workflow_id: str, activity_id: str,
+                      task: Record) -> None:
+        _queue(self._engine.activity_tasks, task_queue).append(codec.encode(wire.ACTIVITY_TASK, task))
+
+    def visibility(self, run: RunState, record: Record) -> None:
+        self._engine.visibility[(run.namespace, run.workflow_id, run.run_id)] = _wire(wire.VISIBILITY, record)
+
+    def timer(self, namespace: str, workflow_id: str, deadline: Deadline, scheduled: bool) -> None:
+        engine, key = self._engine, _timer_key(namespace, workflow_id, deadline)
+        i = engine._find_timer(key)
+        if scheduled and i is None:
+            bisect.insort(engine.timers, key)
+        elif not scheduled and i is not None:  # a deadline that just fired is already out of the index
+            del engine.timers[i]
+
+    def delete_run(self, namespace: str, workflow_id: str, run_id: str) -> None:
+        run = (namespace, workflow_id, run_id)
+        self._engine.histories.pop(run, None)
+        self._engine.history_bytes.pop(run, None)
+        self._engine.visibility.pop(run, None)
+
+    def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
+        self._engine.archive_requests.append((namespace, workflow_id, run_id))
 
 
 def _timer_key(namespace: str, workflow_id: str, d: Deadline) -> TimerKey:
@@ -523,7 +510,7 @@ def _wire(type_name: str, record: Record) -> Record:
 
 
 def _full_name(name: str) -> str:
-    return name if "." in name else COMMAND_PREFIX + name
+    return wire.command_type(name)
 
 
 def _attempt_of(task: Record) -> Record:

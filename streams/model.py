@@ -12,7 +12,7 @@ import operator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 
 Record = dict[str, Any]  # an Avro record as the codec reads and writes it
 Payloads = list[Record]
@@ -224,32 +224,30 @@ def from_record(rec: Record) -> RunState:
     return run
 
 
-STATE_TYPE = "ostinato.state.MutableState"
-CURRENT_RUN_TYPE = "ostinato.state.CurrentRun"
 
 
 def encode_run(run: RunState) -> bytes:
-    return codec.encode(STATE_TYPE, to_record(run))
+    return codec.encode(wire.MUTABLE_STATE, to_record(run))
 
 
 def durable_bytes(run: RunState) -> bytes:
     """The durable view, encoded: what a replay of the run's history must reproduce byte for byte."""
-    return codec.encode(STATE_TYPE, to_record(run, durable_only=True))
+    return codec.encode(wire.MUTABLE_STATE, to_record(run, durable_only=True))
 
 
 def decode_run(data: bytes) -> RunState:
     name, rec = codec.decode(data)
-    if name != STATE_TYPE:
-        raise codec.DecodeError(f"expected {STATE_TYPE}, found {name}")
+    if name != wire.MUTABLE_STATE:
+        raise codec.DecodeError(f"expected {wire.MUTABLE_STATE}, found {name}")
     return from_record(rec)
 
 
 def encode_current(current: CurrentRun) -> bytes:
-    return codec.encode(CURRENT_RUN_TYPE, _plain(current, durable_only=False))
+    return codec.encode(wire.CURRENT_RUN, _plain(current, durable_only=False))
 
 
 def decode_current(data: bytes) -> CurrentRun:
     name, rec = codec.decode(data)
-    if name != CURRENT_RUN_TYPE:
-        raise codec.DecodeError(f"expected {CURRENT_RUN_TYPE}, found {name}")
+    if name != wire.CURRENT_RUN:
+        raise codec.DecodeError(f"expected {wire.CURRENT_RUN}, found {name}")
     return CurrentRun(**rec)

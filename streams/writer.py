@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.actions import Action, CancelTimer, Reply, ScheduleTimer
 from ostinato.streams.appliers import CURRENT_VERSION, apply
@@ -117,11 +118,11 @@ class Writer:
         assert not self.step.events, "deciders validate before they write"
         rejected = {"code": code, "message": message, "existing_run_id": existing_run_id}
         self.step.rejection = rejected
-        self.reply(("ostinato.reply.Rejected", rejected))
+        self.reply((wire.REJECTED, rejected))
         return self.step
 
     def accept(self, run_id: str = "", cancel_requested: bool = False) -> None:
-        self.reply(("ostinato.reply.Accepted", {"run_id": run_id, "cancel_requested": cancel_requested}))
+        self.reply((wire.ACCEPTED, {"run_id": run_id, "cancel_requested": cancel_requested}))
 
     # -- the end of a command --------------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """`python -m ostinato` is the `ostinato` command."""
 
-from ostinato.services.cli import main
+from ostinato.services.cli.main import main
 
 main()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.streams.config import Config
 from ostinato.streams.model import Workflow
 from ostinato.streams.writer import Step, Writer
@@ -19,7 +20,7 @@ Decider = Callable[[Writer, Record], Step]
 def _deciders() -> dict[str, Decider]:
     from ostinato.streams.deciders import activities, notifications, signals, start, timers, workflow_task
 
-    c = "ostinato.command."
+    c = wire.COMMAND_PREFIX
     return {
         c + "StartWorkflowExecution": start.start,
         c + "SignalWithStartWorkflowExecution": start.signal_with_start,

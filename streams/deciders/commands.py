@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchActivityTask, UpsertVisibility
@@ -21,11 +22,10 @@ from ostinato.streams.writer import Writer
 Record = dict[str, Any]
 Handler = Callable[[Writer, str, Record, int], None]
 
-_C = "ostinato.command."
-COMPLETE = _C + "CompleteWorkflowExecutionCommand"
-FAIL = _C + "FailWorkflowExecutionCommand"
-CANCEL = _C + "CancelWorkflowExecutionCommand"
-CONTINUE = _C + "ContinueAsNewWorkflowExecutionCommand"
+COMPLETE = wire.command_type("CompleteWorkflowExecutionCommand")
+FAIL = wire.command_type("FailWorkflowExecutionCommand")
+CANCEL = wire.command_type("CancelWorkflowExecutionCommand")
+CONTINUE = wire.command_type("ContinueAsNewWorkflowExecutionCommand")
 CLOSING = frozenset({COMPLETE, FAIL, CANCEL, CONTINUE})
 
 
@@ -39,13 +39,13 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
     children = len(run.children)
     external = len(run.external_requests)
     for i, (name, c) in enumerate(commands):
-        short = name.removeprefix(_C)
+        short = name.removeprefix(wire.COMMAND_PREFIX)
         queue = c.get("task_queue") if isinstance(c, dict) else None
         if queue and (problem := task_queue_problem(queue)) is not None:
             return f"command {i} ({short}): {problem}"
         if name in CLOSING and i != len(commands) - 1:
             return f"command {i} ({short}) closes the workflow but is not the last command"
-        if name == _C + "ScheduleActivityTaskCommand":
+        if name == wire.command_type("ScheduleActivityTaskCommand"):
             if not c["activity_id"] or not c["activity_type"]:
                 return f"command {i}: activity_id and activity_type are required"
             if c["activity_id"] in activity_ids:
@@ -60,37 +60,37 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
             activities += 1
             if activities > limits.max_pending_activities:
                 return f"more than {limits.max_pending_activities} pending activities (max_pending_activities)"
-        elif name == _C + "RequestCancelActivityTaskCommand":
+        elif name == wire.command_type("RequestCancelActivityTaskCommand"):
             if c["scheduled_event_id"] not in run.activities:
                 return f"command {i}: no pending activity scheduled at event {c['scheduled_event_id']}"
             if c["scheduled_event_id"] in cancel_requested:
                 return f"command {i}: cancellation of activity {c['scheduled_event_id']} was already requested"
             cancel_requested.add(c["scheduled_event_id"])
-        elif name == _C + "StartTimerCommand":
+        elif name == wire.command_type("StartTimerCommand"):
             if not c["timer_id"] or c["timer_id"] in timers:
                 return f"command {i}: timer id {c['timer_id']!r} is empty or already in use"
             if c["start_to_fire_timeout_ms"] <= 0:
                 return f"command {i}: start_to_fire_timeout must be positive"
             timers.add(c["timer_id"])
-        elif name == _C + "CancelTimerCommand":
+        elif name == wire.command_type("CancelTimerCommand"):
             if c["timer_id"] not in timers:
                 return f"command {i}: no timer {c['timer_id']!r} to cancel"
             timers.discard(c["timer_id"])
-        elif name == _C + "StartChildWorkflowExecutionCommand":
+        elif name == wire.command_type("StartChildWorkflowExecutionCommand"):
             if not c["workflow_id"] or not c["workflow_type"]:
                 return f"command {i}: a child needs workflow_id and workflow_type"
             children += 1
             if children > limits.max_pending_children:
                 return f"more than {limits.max_pending_children} pending children (max_pending_children)"
-        elif name in (_C + "SignalExternalWorkflowExecutionCommand",
-                      _C + "RequestCancelExternalWorkflowExecutionCommand"):
+        elif name in (wire.command_type("SignalExternalWorkflowExecutionCommand"),
+                      wire.command_type("RequestCancelExternalWorkflowExecutionCommand")):
             if not c["execution"]["workflow_id"]:
                 return f"command {i}: the target workflow_id is required"
             external += 1
             if external > limits.max_pending_external_requests:
                 return (f"more than {limits.max_pending_external_requests} pending external signals and "
                         "cancellations (max_pending_external_requests)")
-        elif name == _C + "RecordMarkerCommand" and not c["marker_name"]:
+        elif name == wire.command_type("RecordMarkerCommand") and not c["marker_name"]:
             return f"command {i}: marker_name is required"
         elif name not in HANDLERS:
             return f"command {i}: unknown command {name}"
@@ -200,7 +200,7 @@ def start_child(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
         "retry_policy": c["retry_policy"], "header": c["header"], "memo": c["memo"],
         "search_attributes": c["search_attributes"]})
     send(w, namespace, c["workflow_id"], "", f"{run_id}/child/{event['event_id']}", (
-        "ostinato.command.StartWorkflowExecution", {
+        wire.command_type("StartWorkflowExecution"), {
             "workflow_type": c["workflow_type"], "task_queue": task_queue, "input": c["input"],
             "execution_timeout_ms": c["execution_timeout_ms"], "run_timeout_ms": c["run_timeout_ms"],
             "task_timeout_ms": task_timeout, "id_reuse_policy": c["id_reuse_policy"], "id_conflict_policy": "FAIL",
@@ -226,14 +226,14 @@ def _external(w: Writer, run_id: str, c: Record, completed_id: int, event_type: 
 
 def signal_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
     _external(w, run_id, c, completed_id, ev.SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-              ("ostinato.command.SignalWorkflowExecution",
+              (wire.command_type("SignalWorkflowExecution"),
                {"signal_name": c["signal_name"], "input": c["input"], "header": c["header"]}),
               {"signal_name": c["signal_name"], "input": c["input"], "header": c["header"]})
 
 
 def cancel_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
     _external(w, run_id, c, completed_id, ev.REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-              ("ostinato.command.RequestCancelWorkflowExecution", {"reason": c["reason"]}), {"reason": c["reason"]})
+              (wire.command_type("RequestCancelWorkflowExecution"), {"reason": c["reason"]}), {"reason": c["reason"]})
 
 
 def record_marker(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
@@ -255,18 +255,18 @@ def modify_properties(w: Writer, run_id: str, c: Record, completed_id: int) -> N
 
 
 HANDLERS: dict[str, Handler] = {
-    _C + "ScheduleActivityTaskCommand": schedule_activity,
-    _C + "RequestCancelActivityTaskCommand": request_cancel_activity,
-    _C + "StartTimerCommand": start_timer,
-    _C + "CancelTimerCommand": cancel_timer,
+    wire.command_type("ScheduleActivityTaskCommand"): schedule_activity,
+    wire.command_type("RequestCancelActivityTaskCommand"): request_cancel_activity,
+    wire.command_type("StartTimerCommand"): start_timer,
+    wire.command_type("CancelTimerCommand"): cancel_timer,
     COMPLETE: complete,
     FAIL: fail,
     CANCEL: cancel,
     CONTINUE: continue_as_new,
-    _C + "StartChildWorkflowExecutionCommand": start_child,
-    _C + "SignalExternalWorkflowExecutionCommand": signal_external,
-    _C + "RequestCancelExternalWorkflowExecutionCommand": cancel_external,
-    _C + "RecordMarkerCommand": record_marker,
-    _C + "UpsertWorkflowSearchAttributesCommand": upsert_search_attributes,
-    _C + "ModifyWorkflowPropertiesCommand": modify_properties,
+    wire.command_type("StartChildWorkflowExecutionCommand"): start_child,
+    wire.command_type("SignalExternalWorkflowExecutionCommand"): signal_external,
+    wire.command_type("RequestCancelExternalWorkflowExecutionCommand"): cancel_external,
+    wire.command_type("RecordMarkerCommand"): record_marker,
+    wire.command_type("UpsertWorkflowSearchAttributesCommand"): upsert_search_attributes,
+    wire.command_type("ModifyWorkflowPropertiesCommand"): modify_properties,
 }

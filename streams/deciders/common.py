@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.actions import Archive, DispatchWorkflowTask, SendCommand, UpsertVisibility
 from ostinato.streams.appliers import CURRENT_VERSION
@@ -131,12 +132,12 @@ def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
         request = f"{run_id}/close/{child.initiated_event_id}"
         if child.parent_close_policy == "REQUEST_CANCEL":
             send(w, child.namespace, child.workflow_id, "", request, (
-                "ostinato.command.RequestCancelWorkflowExecution",
+                wire.command_type("RequestCancelWorkflowExecution"),
                 {"reason": "parent closed (parent close policy REQUEST_CANCEL)", "external": None,
                  "first_execution_run_id": child.run_id}))
         elif child.parent_close_policy != "ABANDON":  # TERMINATE, the default
             send(w, child.namespace, child.workflow_id, "", request, (
-                "ostinato.command.TerminateWorkflowExecution",
+                wire.command_type("TerminateWorkflowExecution"),
                 {"reason": "parent closed (parent close policy TERMINATE)", "details": [],
                  "first_execution_run_id": child.run_id}))
     if parent is not None and event_type != ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
@@ -146,7 +147,7 @@ def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
 def notify_parent_of_close(w: Writer, run: RunState, parent: Record, event_type: str, attrs: Record) -> None:
     status = ev.CLOSE_STATUS[event_type]
     send(w, parent["namespace"], parent["workflow_id"], parent["run_id"], f"{run.run_id}/closed", (
-        "ostinato.command.ChildWorkflowExecutionClosedNotification", {
+        wire.command_type("ChildWorkflowExecutionClosedNotification"), {
             "initiated_event_id": parent["initiated_event_id"],
             "child": {"workflow_id": run.workflow_id, "run_id": run.run_id},
             "workflow_type": run.workflow_type, "status": status,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchQueryTask
 from ostinato.streams.deciders.common import addressed_run, close_run, send, wake
@@ -30,7 +31,7 @@ def _tell_origin(w: Writer, run: RunState | None, external: Record, kind: str, f
     target_run = run.run_id if run is not None else w.command["run_id"]
     send(w, external["namespace"], external["workflow_id"], external["run_id"],
          f"{w.command['request_id']}/result", (
-             "ostinato.command.ExternalRequestResultNotification", {
+             wire.command_type("ExternalRequestResultNotification"), {
                  "initiated_event_id": external["initiated_event_id"], "kind": kind,
                  "target": {"workflow_id": w.workflow.workflow_id, "run_id": target_run},
                  "failed_cause": failed_cause}))
@@ -53,7 +54,7 @@ def deliver_signal(w: Writer, run: RunState, signal: Record, external: Record | 
     cmd = w.command
     def answer() -> None:
         if with_start:
-            w.reply(("ostinato.reply.WorkflowStarted", {"run_id": run.run_id, "started": False}))
+            w.reply((wire.WORKFLOW_STARTED, {"run_id": run.run_id, "started": False}))
         else:
             w.accept(run.run_id)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
 from ostinato.streams.actions import UpsertVisibility
@@ -54,7 +55,7 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
     current = wf.current
     retried = next((r.run_id for r in wf.runs.values() if r.start_request_id == cmd["request_id"]), None)
     if retried is not None:  # a retried start, perhaps of a run that is no longer current
-        w.reply(("ostinato.reply.WorkflowStarted", {"run_id": retried, "started": True}))
+        w.reply((wire.WORKFLOW_STARTED, {"run_id": retried, "started": True}))
         return w.step
     if (problem := _invalid(body)) is not None:
         return _refuse(w, body, "INVALID_ARGUMENT", problem)
@@ -64,7 +65,7 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
         conflict = "TERMINATE_EXISTING"
     if current is not None and current.status == "RUNNING":
         if conflict == "USE_EXISTING" and parent is None:
-            w.reply(("ostinato.reply.WorkflowStarted", {"run_id": current.run_id, "started": False}))
+            w.reply((wire.WORKFLOW_STARTED, {"run_id": current.run_id, "started": False}))
             return w.step
         if conflict != "TERMINATE_EXISTING":
             return _refuse(w, body, "ALREADY_STARTED",
@@ -90,10 +91,10 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
         else now + body["execution_timeout_ms"],
         "identity": cmd["identity"], "request_id": cmd["request_id"],
     }, signal)
-    w.reply(("ostinato.reply.WorkflowStarted", {"run_id": run_id, "started": True}))
+    w.reply((wire.WORKFLOW_STARTED, {"run_id": run_id, "started": True}))
     if parent is not None:
         send(w, parent["namespace"], parent["workflow_id"], parent["run_id"], f"{run_id}/started", (
-            "ostinato.command.ChildWorkflowExecutionStartedNotification", {
+            wire.command_type("ChildWorkflowExecutionStartedNotification"), {
                 "initiated_event_id": parent["initiated_event_id"],
                 "child": {"workflow_id": wf.workflow_id, "run_id": run_id}, "workflow_type": body["workflow_type"]}))
     return w.step
@@ -115,7 +116,7 @@ def _refuse(w: Writer, body: Record, code: str, message: str, existing_run_id: s
     if parent is not None:  # the parent waits for word of its child, not a reply
         send(w, parent["namespace"], parent["workflow_id"], parent["run_id"],
              f"{w.command['request_id']}/start-failed", (
-                 "ostinato.command.StartChildWorkflowExecutionFailedNotification", {
+                 wire.command_type("StartChildWorkflowExecutionFailedNotification"), {
                      "initiated_event_id": parent["initiated_event_id"], "workflow_id": w.workflow.workflow_id,
                      "workflow_type": body["workflow_type"],
                      "cause": "WORKFLOW_ALREADY_EXISTS" if code == "ALREADY_STARTED" else "UNSPECIFIED"}))

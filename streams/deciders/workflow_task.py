@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.deciders.commands import CLOSING, HANDLERS, validate_commands
 from ostinato.streams.deciders.common import schedule_transient_task, schedule_workflow_task, task_run
@@ -43,7 +44,7 @@ def completed(w: Writer, body: Record) -> Step:
     if cause is not None:
         fail_task(w, run, cause, problem or cause)
         # The task failed (that is written), and the worker hears why; the command itself was not refused.
-        w.reply(("ostinato.reply.Rejected", {"code": "INVALID_ARGUMENT", "message": f"{cause}: {problem}",
+        w.reply((wire.REJECTED, {"code": "INVALID_ARGUMENT", "message": f"{cause}: {problem}",
                                              "existing_run_id": ""}))
         return w.step
     more_to_see = task.new_events_while_started

@@ -8,9 +8,9 @@ import uuid
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.cluster import cluster_status, init_cluster
-from ostinato.services.kafka_clients import admin_client
+from ostinato.services.admin.cluster import cluster_status, init_cluster
 
 
 def _commit_batch(producer: Producer, topic: str, label: str, count: int, partitions: int) -> list[bytes]:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.checker import check_history
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.checker import check_history
+from ostinato.services.admin.cluster import init_cluster
 from tests.tools.servers import ServerProcess
 from tests.tools.stores import durable_states, mismatches
 from tests.tools.worker import TestWorker

@@ -18,7 +18,7 @@ from schemathesis.checks import not_a_server_error, response_schema_conformance
 from schemathesis.openapi import from_url
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.tools.servers import ServerProcess
 
 EXAMPLES = 15  # per operation: bounded, so CI stays fast

@@ -24,7 +24,7 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, shard_for
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from ostinato.streams.engine import InMemoryEngine
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from ostinato.schemas.payloads import MIB, PayloadLimits, PayloadTooLargeError
 from ostinato.sdk._http import HttpService
 from ostinato.sdk.blobstore_s3 import S3BlobStore, s3_client
 from ostinato.sdk.data import DataConverter
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from ostinato.worker import Worker
 from tests.tools.servers import ServerProcess
 

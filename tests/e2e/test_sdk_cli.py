@@ -14,7 +14,7 @@ from pathlib import Path
 from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.sdk._http import HttpService
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import REPO, run_cli
 from tests.e2e.cli_app import Shout, SlowJob
 from tests.tools.servers import ServerProcess

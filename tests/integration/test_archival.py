@@ -19,7 +19,7 @@ from ostinato.connectors.archive import S3Archive
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.sdk.blobstore_s3 import s3_client
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess
 from tests.tools.worker import TestWorker

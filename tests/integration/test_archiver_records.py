@@ -14,7 +14,7 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.schemas.keys import run_key
 from ostinato.sdk.blobstore_s3 import ensure_bucket, s3_client
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 
 SHARDS = 2
 CLOSE_MS = 1_780_000_000_000

@@ -13,7 +13,7 @@ from typing import Any
 from ostinato.client import Client
 from ostinato.exceptions import RPCError
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.tools.servers import ServerProcess
 
 

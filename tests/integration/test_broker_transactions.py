@@ -8,7 +8,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.kafka_clients import admin_client
+from ostinato.kafka.clients import admin_client
 
 
 def _read_all(bootstrap: str, topic: str, isolation: str) -> list[bytes]:

@@ -15,9 +15,9 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, shard_for
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.checker import CheckerError, check_history, read_history
-from ostinato.services.cli_check import app
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.checker import CheckerError, check_history, read_history
+from ostinato.services.admin.cluster import init_cluster
+from ostinato.services.cli.check import app
 from ostinato.streams.engine import InMemoryEngine
 
 Record = dict[str, Any]

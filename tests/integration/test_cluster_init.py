@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.cluster import ClusterError, cluster_status, init_cluster, read_settings
-from ostinato.services.kafka_clients import admin_client
+from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster, read_settings
 from tests.conftest import run_cli
 
 
@@ -146,7 +146,7 @@ def test_racing_inits_agree_on_the_first_settings_written(kafka: KafkaCluster, t
     """Two inits that both saw no settings both write; the first record is the cluster's for everyone."""
     from dataclasses import replace
 
-    from ostinato.services.cluster import _write_settings
+    from ostinato.services.admin.cluster import _write_settings
 
     init_cluster(kafka.bootstrap, topic_prefix, shards=2)
     first = read_settings(kafka.bootstrap, topic_prefix)

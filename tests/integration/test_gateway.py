@@ -25,8 +25,8 @@ from ostinato.schemas.keys import shard_for
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._http import HttpService
 from ostinato.sdk.client import Client
-from ostinato.services.cluster import init_cluster
-from ostinato.services.gateway import CONTENT_TYPE
+from ostinato.services.admin.cluster import init_cluster
+from ostinato.services.frontend.gateway import CONTENT_TYPE
 from tests.tools.servers import ServerProcess, two_servers
 
 SHARDS = 2

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.tools.servers import ServerProcess
 from tests.tools.worker import TestWorker
 

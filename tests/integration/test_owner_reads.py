@@ -11,7 +11,7 @@ import pytest
 
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import shard_for
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.tools import servers as server_tools
 from tests.tools.servers import ServerProcess
 from tests.tools.worker import TestWorker

@@ -16,9 +16,9 @@ from confluent_kafka import Producer
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.schemas.keys import shard_for, workflow_key
-from ostinato.services.checker import check_history
-from ostinato.services.cluster import init_cluster
-from ostinato.services.store import Family
+from ostinato.services.admin.checker import check_history
+from ostinato.services.admin.cluster import init_cluster
+from ostinato.services.history.store import Family
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess
 from tests.tools.stores import dump_store, durable_states, mismatches, shard_dirs

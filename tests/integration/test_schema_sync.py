@@ -10,10 +10,10 @@ from confluent_kafka.admin import NewTopic
 from fastavro import schemaless_writer
 
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas import codec
-from ostinato.services.cluster import init_cluster, produce_all
-from ostinato.services.kafka_clients import admin_client
-from ostinato.services.schema_sync import sync_schemas
+from ostinato.services.admin.cluster import init_cluster, produce_all
+from ostinato.services.history.schema_sync import sync_schemas
 
 OWNER = "ostinato.cluster.ShardOwner"
 

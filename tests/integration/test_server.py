@@ -11,7 +11,7 @@ import urllib.request
 
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.infra.process import free_ports
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import run_cli
 
 

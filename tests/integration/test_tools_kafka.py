@@ -14,11 +14,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.kafka.clients import idempotent_producer, reader
 from ostinato.schemas import codec, partition_for
 from ostinato.schemas.keys import activity_task_key, history_key, workflow_key
 from ostinato.schemas.topics import TaskKind, Topic, task_topic_name, topic_name
-from ostinato.services.cluster import init_cluster
-from ostinato.services.kafka_clients import idempotent_producer, reader
+from ostinato.services.admin.cluster import init_cluster
 from ostinato.streams.engine import InMemoryEngine
 from tests.tools.programs import from_payload, to_payload
 from tests.tools.worker import TestWorker, ensure_task_topics

@@ -11,7 +11,7 @@ from pathlib import Path
 from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.sdk._http import HttpService
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import run_cli
 from tests.integration.test_json_api import call
 from tests.tools.servers import ServerProcess

@@ -7,11 +7,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from ostinato.connectors.visibility_sqlite import VISIBILITY_RECORD, SqliteVisibilityFeeder, SqliteVisibilityStore
+from ostinato.connectors.visibility_sqlite import SqliteVisibilityFeeder, SqliteVisibilityStore
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.codec import encode
 from ostinato.schemas.keys import run_key, shard_for
-from ostinato.services.cluster import init_cluster
+from ostinato.schemas.wire import VISIBILITY as VISIBILITY_RECORD
+from ostinato.services.admin.cluster import init_cluster
 
 NS = "default"
 SHARDS = 2

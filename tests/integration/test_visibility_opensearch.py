@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from ostinato.connectors.query import QueryError, evaluate, parse
 from ostinato.connectors.visibility_opensearch import TOMBSTONE_VERSION, OpenSearchVisibilityStore
-from ostinato.connectors.visibility_sqlite import VISIBILITY_RECORD, InvalidPageTokenError, SqliteVisibilityStore
+from ostinato.connectors.visibility_sqlite import InvalidPageTokenError, SqliteVisibilityStore
 from ostinato.schemas.codec import encode
 from ostinato.schemas.keys import run_key
+from ostinato.schemas.wire import VISIBILITY as VISIBILITY_RECORD
 from tests.unit.test_visibility_sqlite import (
     NS,
     QUERIES,

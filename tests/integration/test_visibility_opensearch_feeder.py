@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from ostinato.connectors.visibility_opensearch import OpenSearchVisibilityFeeder, OpenSearchVisibilityStore
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import run_key, shard_for
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.integration.test_visibility_feeder import NS, SHARDS, Writer, record
 
 Outage = Callable[[], AbstractContextManager[None]]

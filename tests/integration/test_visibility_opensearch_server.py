@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess
 from tests.tools.worker import TestWorker

@@ -11,10 +11,11 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ostinato.schemas import wire
+
 Record = dict[str, Any]
 Command = tuple[str, Record]
 
-COMMAND_PREFIX = "ostinato.command."
 ENCODING_JSON = b"json/plain"
 ENCODING_NULL = b"binary/null"
 
@@ -71,7 +72,7 @@ def first_value(payloads: Sequence[Record], default: Any) -> Any:
 # -- commands ---------------------------------------------------------------------------------------------------
 
 def _command(name: str, body: Record) -> Command:
-    return COMMAND_PREFIX + name, body
+    return wire.COMMAND_PREFIX + name, body
 
 
 def schedule_activity(activity_id: str, activity_type: str, args: Sequence[Record]) -> Command:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ostinato.schemas.keys import split_key
-from ostinato.services.checker import CheckReport, fold_runs
-from ostinato.services.store import Family, RocksStore
+from ostinato.services.admin.checker import CheckReport, fold_runs
+from ostinato.services.history.store import Family, RocksStore
 from ostinato.streams.model import decode_run, durable_bytes
 
 RunId = tuple[str, str, str]

@@ -18,24 +18,18 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
 
-from ostinato.schemas import codec, partition_for
+from ostinato.kafka.clients import admin_client, base_config, idempotent_producer, wait_for_brokers
+from ostinato.kafka.task_topics import TaskTopics
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
-from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_spec, topic_name
-from ostinato.services.cluster import read_settings
-from ostinato.services.kafka_clients import admin_client, base_config, idempotent_producer, wait_for_brokers
+from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
+from ostinato.services.admin.cluster import read_settings
 from tests.tools.programs import UnknownTypeError, decide_task, run_activity
 
 log = logging.getLogger("ostinato.tests.worker")
 
 Record = dict[str, Any]
-COMMAND = "ostinato.command.Command"
-COMMAND_PREFIX = "ostinato.command."
-WORKFLOW_TASK = "ostinato.task.WorkflowTask"
-ACTIVITY_TASK = "ostinato.task.ActivityTask"
-QUERY_TASK = "ostinato.task.QueryTask"
-REPLY = "ostinato.reply.Reply"
 REPLIES_SUFFIX = "." + Topic.REPLIES.value
 BATCH = 500  # records answered per flush + commit: one round trip each, whatever the batch size
 FLUSH_TIMEOUT_S = 30.0
@@ -55,7 +49,7 @@ def command_record(namespace: str, workflow_id: str, name: str, body: Record, *,
     return {
         "namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
         "request_id": request_id or uuid.uuid4().hex, "identity": identity, "time_ms": int(time.time() * 1000),
-        "reply_partition": None, "body": (name if "." in name else COMMAND_PREFIX + name, body),
+        "reply_partition": None, "body": (name if "." in name else wire.COMMAND_PREFIX + name, body),
     }
 
 
@@ -63,7 +57,7 @@ def produce_command(producer: Producer, prefix: str, shards: int, command: Recor
                     on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
     """Produce a command to its shard: partition given explicitly, never left to the client's partitioner."""
     key = workflow_key(command["namespace"], command["workflow_id"])
-    value = codec.encode(COMMAND, command)
+    value = codec.encode(wire.COMMAND, command)
     kwargs: dict[str, Any] = {"on_delivery": on_delivery} if on_delivery is not None else {}
     while True:
         try:
@@ -80,28 +74,10 @@ def ensure_task_topics(bootstrap: str, prefix: str, queue: str, timeout: float =
     The replication factor is the cluster's recorded one, or min(3, brokers) before `cluster init`, which is
     what `cluster init` itself would pick.
     """
-    admin = admin_client(bootstrap)
-    brokers = wait_for_brokers(admin, bootstrap, timeout)
+    brokers = wait_for_brokers(admin_client(bootstrap), bootstrap, timeout)
     settings = read_settings(bootstrap, prefix, timeout)
     rf = settings.replication_factor if settings is not None else min(3, brokers)
-    specs = [task_topic_spec(prefix, queue, kind, rf) for kind in TaskKind]
-    present = admin.list_topics(timeout=timeout).topics
-    missing = [s for s in specs if s.name not in present]
-    if missing:
-        futures = admin.create_topics([NewTopic(s.name, num_partitions=s.partitions, replication_factor=rf,
-                                                config=s.configs) for s in missing], request_timeout=timeout)
-        for future in futures.values():
-            try:
-                future.result(timeout=timeout)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
-    deadline = time.monotonic() + timeout
-    while any(s.name not in admin.list_topics(timeout=timeout).topics for s in specs):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"task topics of queue {queue!r} did not appear within {timeout:.0f}s")
-        time.sleep(0.1)
-    return [s.name for s in specs]
+    return TaskTopics(bootstrap, prefix, rf).ensure_queue(queue)
 
 
 # -- the worker -------------------------------------------------------------------------------------------------
@@ -290,13 +266,13 @@ class TestWorker:
             log.warning("unreadable record at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
             self._count(unreadable=1)
             return
-        if name == WORKFLOW_TASK:
+        if name == wire.WORKFLOW_TASK:
             self._count(workflow_tasks=1)
             self._answer_workflow_task(producer, task)
-        elif name == ACTIVITY_TASK:
+        elif name == wire.ACTIVITY_TASK:
             self._count(activity_tasks=1)
             self._answer_activity_task(producer, task)
-        elif name == QUERY_TASK:
+        elif name == wire.QUERY_TASK:
             self._count(query_tasks=1)
             self._answer_query(producer, task)
         else:
@@ -339,9 +315,9 @@ class TestWorker:
     def _answer_query(self, producer: Producer, task: Record) -> None:
         """The programs keep no state to query: answer at once with a failure rather than let the caller wait."""
         reply = {"request_id": task["request_id"], "namespace": task["namespace"], "workflow_id": task["workflow_id"],
-                 "body": ("ostinato.reply.QueryResult", {"result": [], "failure": {
+                 "body": (wire.QUERY_RESULT, {"result": [], "failure": {
                      "message": f"the test worker answers no queries ({task['query_type']!r})",
                      "type": "QueryNotSupported"}})}
-        producer.produce(topic_name(self.prefix, Topic.REPLIES), value=codec.encode(REPLY, reply),
+        producer.produce(topic_name(self.prefix, Topic.REPLIES), value=codec.encode(wire.REPLY, reply),
                          key=task["request_id"].encode(), partition=task["reply_partition"],
                          on_delivery=self._delivered)

@@ -10,17 +10,16 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
 
-from ostinato.schemas import codec, partition_for
+from ostinato.kafka.clients import admin_client, idempotent_producer, reader
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import split_key, workflow_key
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.kafka_clients import admin_client, idempotent_producer, reader
 from tests.tools.programs import to_payload
 from tests.tools.worker import FLUSH_TIMEOUT_S, command_record, produce_command
 
 __all__ = ["TERMINAL_EVENTS", "start_workflows", "wait_closed", "wait_closed_events"]
 
 Record = dict[str, Any]
-HISTORY_EVENT = "ostinato.history.HistoryEvent"
 # The events that close a workflow. CONTINUED_AS_NEW closes a run, not the workflow: its next run goes on.
 TERMINAL_EVENTS = frozenset({
     "WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_TIMED_OUT",
@@ -123,7 +122,7 @@ def _take(msg: Message, namespace: str, pending: set[str], closed: dict[str, Rec
     if ns != namespace or workflow_id not in pending:
         return
     name, event = codec.decode(value)
-    if name == HISTORY_EVENT and event["event_type"] in TERMINAL_EVENTS:
+    if name == wire.HISTORY_EVENT and event["event_type"] in TERMINAL_EVENTS:
         pending.discard(workflow_id)
         closed[workflow_id] = event
 

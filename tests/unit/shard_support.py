@@ -8,9 +8,9 @@ from typing import Any
 from ostinato.schemas import codec, partition_for
 from ostinato.schemas.keys import split_key, workflow_key
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.changelog import ChangelogApplier, parse_timer_key
-from ostinato.services.shard import Output, Shard, Topology
-from ostinato.services.store import Family, MemoryStore, ShardStore
+from ostinato.services.history.changelog import ChangelogApplier, parse_timer_key
+from ostinato.services.history.shard import Output, Shard, Topology
+from ostinato.services.history.store import Family, MemoryStore, ShardStore
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.config import Config
 from ostinato.streams.engine import DEFAULT_CONFIG, InMemoryEngine

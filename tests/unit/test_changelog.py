@@ -8,12 +8,13 @@ import pytest
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, workflow_key
-from ostinato.services.changelog import ChangelogApplier, fire_at_of, parse_timer_key, timer_key
-from ostinato.services.store import Family, MemoryStore, pack_int, unpack_int
+from ostinato.schemas.wire import HISTORY_EVENT
+from ostinato.services.history.changelog import ChangelogApplier, fire_at_of, parse_timer_key, timer_key
+from ostinato.services.history.store import Family, MemoryStore, pack_int, unpack_int
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import deadlines
-from ostinato.streams.engine import HISTORY_EVENT, InMemoryEngine
+from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.model import decode_run
 
 NS, Q = "default", "orders"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key
-from ostinato.services.checker import NO_RUN, CheckReport, Problem, check_runs, fold_runs
+from ostinato.services.admin.checker import NO_RUN, CheckReport, Problem, check_runs, fold_runs
 from ostinato.streams import events as ev
 from ostinato.streams.appliers import CURRENT_VERSION, ReplayError
 from ostinato.streams.engine import InMemoryEngine

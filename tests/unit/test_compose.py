@@ -9,7 +9,7 @@ import yaml
 
 from ostinato.infra import defaults
 from ostinato.schemas.topics import DEFAULT_PREFIX
-from ostinato.services.dev import DEFAULT_DEV_SHARDS
+from ostinato.services.cli.dev import DEFAULT_DEV_SHARDS
 from ostinato.services.server import DEFAULT_API_PORT
 
 ROOT = Path(__file__).resolve().parents[2]

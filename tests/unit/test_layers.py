@@ -40,6 +40,12 @@ def test_the_repository_keeps_its_layers() -> None:
     ("streams", "from ostinato.services import cluster", "ostinato.streams is not allowed to import ostinato.services"),
     ("sdk", "from ostinato.services import cluster", "ostinato.sdk is not allowed to import ostinato.services"),
     ("schemas", "import rocksdict", "ostinato.schemas is not allowed to import rocksdict"),
+    ("kafka", "from ostinato.services.admin import cluster",
+     "ostinato.kafka is not allowed to import ostinato.services"),
+    ("services/history", "from ostinato.services.frontend import http",
+     "ostinato.services.history is not allowed to import ostinato.services.frontend"),
+    ("services/frontend", "from ostinato.services.history import shard",
+     "ostinato.services.frontend.zz_violation -> ostinato.services.history.shard"),
 ])
 def test_a_forbidden_import_breaks_the_build(source_copy: Path, layer: str, line: str, forbidden: str) -> None:
     bad = source_copy / layer / "zz_violation.py"

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ostinato.schemas.cluster import ClusterSettings
-from ostinato.services.api import install as install_api
-from ostinato.services.gateway import CommandGateway
-from ostinato.services.namespaces_api import Namespaces
-from ostinato.services.namespaces_api import install as install_namespaces
-from ostinato.services.openapi import spec
+from ostinato.services.frontend.api import install as install_api
+from ostinato.services.frontend.gateway import CommandGateway
+from ostinato.services.frontend.namespaces_api import Namespaces
+from ostinato.services.frontend.namespaces_api import install as install_namespaces
+from ostinato.services.frontend.openapi import spec
+from ostinato.services.frontend.visibility_api import install as install_visibility
 from ostinato.services.server import ServerContext, create_app
-from ostinato.services.visibility_api import install as install_visibility
 
 SETTINGS = ClusterSettings("p", 2, 1, 8, 0, "test")
 

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from ostinato.schemas.topics import TOMBSTONE_RETENTION_MS
-from ostinato.services.restore import _stale_reason
-from ostinato.services.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, CHECKPOINT_TIME, Family, MemoryStore, pack_int
+from ostinato.services.history.restore import _stale_reason
+from ostinato.services.history.store import (
+    CHECKPOINT_HISTORY,
+    CHECKPOINT_STATE,
+    CHECKPOINT_TIME,
+    Family,
+    MemoryStore,
+    pack_int,
+)
 
 NOW = 1_800_000_000_000
 

@@ -11,10 +11,10 @@ import pytest
 from ostinato.schemas import codec, partition_for
 from ostinato.schemas.keys import history_key, run_key, workflow_key
 from ostinato.schemas.topics import Topic
-from ostinato.services import shard as shard_module
-from ostinato.services.changelog import parse_timer_key, timer_key
-from ostinato.services.shard import Shard
-from ostinato.services.store import CHECKPOINT_STATE, Family, MemoryStore, pack_int, unpack_int
+from ostinato.services.history import shard as shard_module
+from ostinato.services.history.changelog import parse_timer_key, timer_key
+from ostinato.services.history.shard import Shard
+from ostinato.services.history.store import CHECKPOINT_STATE, Family, MemoryStore, pack_int, unpack_int
 from ostinato.streams import events as ev
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import DAY_MS, Config
@@ -422,7 +422,7 @@ def test_each_namespace_closes_runs_with_its_own_retention(shard: Shard) -> None
     """The retention deadline of a closed run comes from its namespace's settings."""
     from dataclasses import replace
 
-    from ostinato.services.changelog import parse_timer_key
+    from ostinato.services.history.changelog import parse_timer_key
 
     short = replace(CONFIG, retention_ms=60_000)
     scoped = Shard(HOME, MemoryStore(), topology(S), CONFIG, config_for=lambda ns: short if ns == NS else CONFIG)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ostinato.services.store import (
+from ostinato.services.history.store import (
     CHECKPOINT_STATE,
     FORMAT,
     FORMAT_VERSION,

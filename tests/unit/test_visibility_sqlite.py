@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from ostinato.connectors.query import QueryError, datetime_ms, evaluate, parse
 from ostinato.connectors.visibility_sqlite import (
-    VISIBILITY_RECORD,
     InvalidPageTokenError,
     SqliteVisibilityStore,
 )
 from ostinato.schemas.codec import encode
 from ostinato.schemas.keys import run_key
+from ostinato.schemas.wire import VISIBILITY as VISIBILITY_RECORD
 
 NS = "default"
 TYPES = {

@@ -15,7 +15,7 @@ import pytest
 from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.sdk._http import HttpService
-from ostinato.services.cluster import init_cluster
+from ostinato.services.admin.cluster import init_cluster
 from tests.e2e.sdk_scenarios.envs import ScenarioEnv
 from tests.tools.servers import ServerProcess
 

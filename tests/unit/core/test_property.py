@@ -174,7 +174,7 @@ def check_answered(cmd: Record, step: Step) -> None:
     """A command the API gateway accepts from outside, sent with a reply partition, is answered exactly once (its
     sender waits for that answer). Exempt: engine-internal commands and child starts (the gateway refuses them) and
     a query that reached its run (a worker answers it, not the owner)."""
-    from ostinato.services.gateway import internal_origin
+    from ostinato.services.frontend.gateway import internal_origin
 
     replies = [a for a in step.actions if isinstance(a, Reply)]
     assert all((r.request_id, r.reply_partition) == (cmd["request_id"], cmd["reply_partition"]) for r in replies)

@@ -12,13 +12,11 @@ import threading
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from ostinato.schemas import codec
+from ostinato.kafka.clients import reader
+from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.kafka_clients import reader
 
 log = logging.getLogger("ostinato.ownership")
-SHARD_OWNER = "ostinato.cluster.ShardOwner"
-NAMESPACE = "ostinato.cluster.Namespace"
 DEFAULT_NAMESPACE = "default"
 
 
@@ -81,9 +79,9 @@ class OwnershipTable:
             except codec.DecodeError as exc:
                 log.warning("unreadable ownership record %s: %s", key, exc)
                 continue
-            if name == SHARD_OWNER:
+            if name == wire.SHARD_OWNER:
                 with self._lock:
                     self._owners[int(record["shard"])] = record
-            elif name == NAMESPACE:
+            elif name == wire.NAMESPACE:
                 with self._lock:
                     self._namespaces.setdefault(str(record["name"]), record)  # the first registration wins

@@ -16,34 +16,20 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from ostinato.schemas import codec, partition_for
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import activity_task_key, history_key, run_key, split_key, workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
-from ostinato.services.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
-from ostinato.services.store import Family, ShardStore, pack_int, unpack_int
-from ostinato.streams import engine_tasks as records
-from ostinato.streams.actions import (
-    Action,
-    Archive,
-    CancelTimer,
-    DeleteRun,
-    DispatchActivityTask,
-    DispatchQueryTask,
-    DispatchWorkflowTask,
-    Reply,
-    ScheduleTimer,
-    SendCommand,
-    UpsertVisibility,
-)
+from ostinato.services.history.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
+from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
+from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fire_timer_body
 from ostinato.streams.deciders import decide
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
+from ostinato.streams.perform import perform
 
 Record = dict[str, Any]
 CACHE_SIZE = 10_000  # decoded workflows kept per shard between batches
-COMMAND = "ostinato.command.Command"
-HISTORY_EVENT = "ostinato.history.HistoryEvent"
 TIMER_IDENTITY = "ostinato-timer"
 
 log = logging.getLogger("ostinato.processor")
@@ -122,6 +108,7 @@ class Shard:
         # when the batch commits; an abort drops `_working`, so nothing uncommitted is ever cached.
         self._cache: OrderedDict[tuple[str, str], Workflow] = OrderedDict()
         self._cache_size = cache_size
+        self._outbox = _ShardOutbox(self)
 
     # -- reading through the overlay ------------------------------------------------------------------------------
 
@@ -177,8 +164,8 @@ class Shard:
             self._reject(None, "MALFORMED", f"offset {offset}: {exc}")
             self._merge()
             return
-        if name != COMMAND:
-            self._reject(None, "MALFORMED", f"offset {offset}: expected a {COMMAND}, found {name}")
+        if name != wire.COMMAND:
+            self._reject(None, "MALFORMED", f"offset {offset}: expected a {wire.COMMAND}, found {name}")
             self._merge()
             return
         ns, wf = command["namespace"], command["workflow_id"]
@@ -200,7 +187,7 @@ class Shard:
             else:
                 self._write_step(workflow, step.events, step.changed_runs, step.pointer_changed)
             for action in step.actions:
-                self._perform(workflow, action)
+                perform(workflow, action, self._outbox)
         except CommandFailed as exc:
             self._fail(command, exc.code, str(exc))
         except Exception as exc:  # a bug in the core must not stop the shard: reject the command, keep going
@@ -218,9 +205,9 @@ class Shard:
     def _reject(self, command: Record | None, code: str, message: str) -> None:
         self.rejections.append(Rejection(code, message, command))
         if command is not None and command.get("reply_partition") is not None:
-            rejected = {"code": code, "message": message[:2000], "existing_run_id": ""}
-            self._reply(Reply(command["request_id"], command["reply_partition"], command["namespace"],
-                              command["workflow_id"], ("ostinato.reply.Rejected", rejected)))
+            self._reply(command["reply_partition"], command["request_id"],
+                        wire.reply(command["request_id"], command["namespace"], command["workflow_id"],
+                                   wire.rejected(code, message[:2000])))
 
     def _merge(self) -> None:
         p = self._pending
@@ -287,7 +274,7 @@ class Shard:
         history = self.topology.topic(Topic.HISTORY)
         for run_id, event in events:
             key = history_key(ns, wf, run_id, event["event_id"]).encode()
-            data = codec.encode(HISTORY_EVENT, event)
+            data = codec.encode(wire.HISTORY_EVENT, event)
             self._out(history, self.index, key, data)
             p.writes[Family.HISTORY][key] = data
             p.events[key] = event
@@ -306,71 +293,17 @@ class Shard:
             self._out(state, self.index, key, value)
             p.writes[Family.STATE][key] = value
 
-    def _perform(self, workflow: Workflow, action: Action) -> None:
+    def _reply(self, partition: int, request_id: str, reply: Record) -> None:
         t = self.topology
-        if isinstance(action, Reply):
-            self._reply(action)
-        elif isinstance(action, SendCommand):
-            c = action.command
-            key = workflow_key(c["namespace"], c["workflow_id"])
-            self._out(t.topic(Topic.COMMANDS), _partition(key, t.shards), key, codec.encode(COMMAND, c))
-        elif isinstance(action, ScheduleTimer | CancelTimer):
-            value = b"" if isinstance(action, ScheduleTimer) else None
-            key = timer_key(action.namespace, action.workflow_id, action.deadline)
-            self._pending.writes[Family.TIMERS][key] = value
-        elif isinstance(action, DeleteRun):
-            self._delete_run(action)
-        elif isinstance(action, Archive):
-            log.warning("shard %d: archival of %s/%s/%s requested but no archiver runs in this process (the S3 "
-                        "connector does)", self.index, action.namespace, action.workflow_id, action.run_id)
-        else:
-            self._perform_on_run(workflow, action)
-
-    def _reply(self, action: Reply) -> None:
-        t = self.topology
-        if not 0 <= action.reply_partition < t.reply_partitions:
-            self.rejections.append(Rejection("INVALID_ARGUMENT", f"reply partition {action.reply_partition} is not "
+        if not 0 <= partition < t.reply_partitions:
+            self.rejections.append(Rejection("INVALID_ARGUMENT", f"reply partition {partition} is not "
                                              f"in [0, {t.reply_partitions})", None))
             return
-        self._out(t.topic(Topic.REPLIES), action.reply_partition, action.request_id,
-                  codec.encode(records.REPLY, records.reply_record(action)))
+        self._out(t.topic(Topic.REPLIES), partition, request_id, codec.encode(wire.REPLY, reply))
 
-    def _perform_on_run(self, workflow: Workflow, action: Action) -> None:
-        assert isinstance(action, DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility)
-        run = workflow.runs.get(action.run_id)
-        if run is None:
-            return
-        ns, wf, t = run.namespace, run.workflow_id, self.topology
-        history = HistoryView(self, run)
-        if isinstance(action, DispatchWorkflowTask):
-            task = records.workflow_task(run, action, history,  # type: ignore[arg-type]
-                                         self.config_for(run.namespace))
-            if task is not None:
-                topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
-                key = workflow_key(ns, wf)
-                self._out(topic, _partition(key, t.task_partitions(topic)), key,
-                          codec.encode(records.WORKFLOW_TASK, task))
-        elif isinstance(action, DispatchActivityTask):
-            activity = records.activity_task(run, action, history)  # type: ignore[arg-type]
-            if activity is not None:
-                topic = task_topic_name(t.prefix, activity["task_queue"], TaskKind.ACTIVITY)
-                key = activity_task_key(ns, wf, activity["activity_id"])
-                self._out(topic, _partition(key, t.task_partitions(topic)), key,
-                          codec.encode(records.ACTIVITY_TASK, activity))
-        elif isinstance(action, DispatchQueryTask):
-            topic = task_topic_name(t.prefix, action.task_queue, TaskKind.WORKFLOW)
-            key = workflow_key(ns, wf)
-            self._out(topic, _partition(key, t.task_partitions(topic)), key,
-                      codec.encode(records.QUERY_TASK, records.query_task(run, action)))
-        else:
-            key_bytes = run_key(ns, wf, run.run_id).encode()
-            size = unpack_int(self.get(Family.SIZES, key_bytes))
-            self._out(t.topic(Topic.VISIBILITY), self.index, key_bytes,
-                      codec.encode(records.VISIBILITY, records.visibility_record(run, size)))
-
-    def _delete_run(self, action: DeleteRun) -> None:
+    def _delete_run(self, namespace: str, workflow_id: str, run_id: str) -> None:
         """Tombstone every history key of the run, and its visibility record (its state goes with the step)."""
-        prefix = (run_key(action.namespace, action.workflow_id, action.run_id) + "/").encode()
+        prefix = (run_key(namespace, workflow_id, run_id) + "/").encode()
         history = self.topology.topic(Topic.HISTORY)
         keys = {k for k, _ in self.store.scan(Family.HISTORY, prefix=prefix)}
         keys.update(k for k in self.writes[Family.HISTORY] if k.startswith(prefix))
@@ -412,6 +345,61 @@ class Shard:
         self._working = {}  # after an abort: possibly changed by what was rolled back, so not cached
         self._written_runs = {}
         self._pending = _Pending()
+
+
+class _ShardOutbox:
+    """The Kafka shell's `Outbox`: records addressed to topics and partitions of the batch's transaction, timer
+    and deleted-run changes into the overlay."""
+
+    def __init__(self, shard: Shard) -> None:
+        self._shard = shard
+
+    def config(self, namespace: str) -> Config:
+        return self._shard.config_for(namespace)
+
+    def history(self, run: RunState) -> Sequence[Record]:
+        return HistoryView(self._shard, run)
+
+    def history_size(self, run: RunState) -> int:
+        return unpack_int(self._shard.get(Family.SIZES, run_key(run.namespace, run.workflow_id, run.run_id).encode()))
+
+    def command(self, command: Record) -> None:
+        t = self._shard.topology
+        key = workflow_key(command["namespace"], command["workflow_id"])
+        self._shard._out(t.topic(Topic.COMMANDS), _partition(key, t.shards), key,
+                         codec.encode(wire.COMMAND, command))
+
+    def reply(self, reply_partition: int, request_id: str, reply: Record) -> None:
+        self._shard._reply(reply_partition, request_id, reply)
+
+    def workflow_task(self, task_queue: str, namespace: str, workflow_id: str, type_name: str, task: Record) -> None:
+        self._task(task_queue, TaskKind.WORKFLOW, workflow_key(namespace, workflow_id), type_name, task)
+
+    def activity_task(self, task_queue: str, namespace: str, workflow_id: str, activity_id: str,
+                      task: Record) -> None:
+        self._task(task_queue, TaskKind.ACTIVITY, activity_task_key(namespace, workflow_id, activity_id),
+                   wire.ACTIVITY_TASK, task)
+
+    def _task(self, task_queue: str, kind: TaskKind, key: str, type_name: str, task: Record) -> None:
+        t = self._shard.topology
+        topic = task_topic_name(t.prefix, task_queue, kind)
+        self._shard._out(topic, _partition(key, t.task_partitions(topic)), key, codec.encode(type_name, task))
+
+    def visibility(self, run: RunState, record: Record) -> None:
+        shard = self._shard
+        shard._out(shard.topology.topic(Topic.VISIBILITY), shard.index,
+                   run_key(run.namespace, run.workflow_id, run.run_id), codec.encode(wire.VISIBILITY, record))
+
+    def timer(self, namespace: str, workflow_id: str, deadline: Deadline, scheduled: bool) -> None:
+        self._shard._pending.writes[Family.TIMERS][timer_key(namespace, workflow_id, deadline)] = (
+            b"" if scheduled else None)
+
+    def delete_run(self, namespace: str, workflow_id: str, run_id: str) -> None:
+        self._shard._delete_run(namespace, workflow_id, run_id)
+
+    def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
+        log.warning("shard %d: archival of %s/%s/%s requested but no archiver runs in this process (the S3 "
+                    "connector does)", self._shard.index, namespace, workflow_id, run_id)
 
 
 class HistoryView(Sequence[Record]):

@@ -1,5 +1,6 @@
-"""Task queue topics, created on first use (DESIGN.md §10): the processor knows a queue exists when a workflow
-first names it, and must know its partition count to address records the way every worker expects."""
+"""Task queue topics, created on first use (DESIGN.md §10), by the processor before it produces a task and by a
+worker before it subscribes, whichever comes first: the processor knows a queue exists when a workflow first
+names it, and must know its partition count to address records the way every worker expects."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
-from ostinato.schemas.topics import TaskKind, task_topic_spec
-from ostinato.services.kafka_clients import admin_client
+from ostinato.kafka.clients import admin_client
+from ostinato.schemas.topics import TaskKind, task_topic_name, task_topic_spec
 
-log = logging.getLogger("ostinato.processor")
+log = logging.getLogger("ostinato.kafka")
 CREATE_TIMEOUT_S = 30.0
 
 
 class TaskTopics:
+    """Task topics by name, created on first use and their partition counts remembered (thread-safe)."""
+
     def __init__(self, bootstrap: str, prefix: str, replication_factor: int) -> None:
         self._admin = admin_client(bootstrap)
         self._prefix = prefix
@@ -34,6 +37,13 @@ class TaskTopics:
             if topic not in self._partitions:
                 self._partitions[topic] = self._ensure(topic)
             return self._partitions[topic]
+
+    def ensure_queue(self, queue: str) -> list[str]:
+        """Both task topics of `queue` (workflow, activity), created unless they exist; their names."""
+        names = [task_topic_name(self._prefix, queue, kind) for kind in TaskKind]
+        for name in names:
+            self.partitions(name)
+        return names
 
     def _ensure(self, topic: str) -> int:
         found = self._describe(topic)

@@ -21,7 +21,7 @@ from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.infra.opensearch import OpenSearchServer
 from ostinato.infra.s3 import S3Server
-from ostinato.services.cluster import ClusterError, init_cluster, read_settings
+from ostinato.services.admin.cluster import ClusterError, init_cluster, read_settings
 from ostinato.services.server import DEFAULT_API_PORT, DEFAULT_HOST, load_context, serve
 
 DEFAULT_DEV_SHARDS = 4

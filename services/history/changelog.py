@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable
 
 from ostinato.schemas.keys import split_key
-from ostinato.services.store import Family, pack_int, unpack_int
+from ostinato.services.history.store import Family, pack_int, unpack_int
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import deadlines

@@ -96,7 +96,7 @@ def replay(
         for name, data in _archived(uri):
             results.append((name, replayer.replay_archive(data)))
     if from_kafka:
-        from ostinato.services.checker import check_runs, read_history
+        from ostinato.services.admin.checker import check_runs, read_history
 
         report = check_runs(read_history(kafka, prefix))
         for (ns, wf, run_id), events in sorted(report.histories.items()):

@@ -19,14 +19,14 @@ from rich.text import Text
 from ostinato.infra import defaults
 from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import KafkaCluster, fetch
+from ostinato.kafka.clients import KafkaUnavailable
 from ostinato.schemas.topics import DEFAULT_PREFIX
-from ostinato.services.cli_check import app as check_app
-from ostinato.services.cli_replay import replay as replay_command
-from ostinato.services.cli_visibility import app as visibility_app
-from ostinato.services.cli_workflow import app as workflow_app
-from ostinato.services.cli_workflow import namespace_app, task_queue_app
-from ostinato.services.cluster import ClusterError, cluster_status, init_cluster
-from ostinato.services.kafka_clients import KafkaUnavailable
+from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster
+from ostinato.services.cli.check import app as check_app
+from ostinato.services.cli.replay import replay as replay_command
+from ostinato.services.cli.visibility import app as visibility_app
+from ostinato.services.cli.workflow import app as workflow_app
+from ostinato.services.cli.workflow import namespace_app, task_queue_app
 from ostinato.services.server import DEFAULT_API_PORT, DEFAULT_HOST
 
 # soft_wrap: long lines (errors, topic lists) stay whole for copy-paste and grep instead of folding at 80 columns.
@@ -178,7 +178,7 @@ def server(
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     import ssl
 
-    from ostinato.services.auth import Auth, AuthConfigError
+    from ostinato.services.frontend.auth import Auth, AuthConfigError
     from ostinato.services.server import load_context, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -240,7 +240,7 @@ def dev(
         return
     import os
 
-    from ostinato.services.dev import DevOptions, dev_home, run_detached, run_foreground
+    from ostinato.services.cli.dev import DevOptions, dev_home, run_detached, run_foreground
 
     opts = DevOptions(home=home or dev_home(), shards=shards, port=port, kafka_port=kafka_port, prefix=prefix,
                       external_kafka=os.environ.get("OSTINATO_KAFKA") or None, with_opensearch=with_opensearch,
@@ -267,8 +267,8 @@ def demo(
     middle, every order finishing correctly, and one order's history."""
     import os
 
-    from ostinato.services.demo import run_demo
-    from ostinato.services.dev import DevOptions, dev_home
+    from ostinato.services.cli.demo import run_demo
+    from ostinato.services.cli.dev import DevOptions, dev_home
 
     opts = DevOptions(home=home or dev_home(), port=port, kafka_port=kafka_port,
                       external_kafka=os.environ.get("OSTINATO_KAFKA") or None)
@@ -281,7 +281,7 @@ def dev_stop(
     home: HomeOpt = None,
 ) -> None:
     """Stop everything `ostinato dev` started."""
-    from ostinato.services.dev import dev_home, stop
+    from ostinato.services.cli.dev import dev_home, stop
 
     stop(home or dev_home(), wipe, _say)
 

@@ -17,36 +17,33 @@ request is accepted, so no answer to a request of this process can be missed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import threading
-import time
 import uuid
 from typing import Any
 
 from aiohttp import web
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from ostinato.schemas import codec, partition_for
+from ostinato.kafka.clients import idempotent_producer
+from ostinato.kafka.replies import ReplyReader, settle
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
-from ostinato.services.kafka_clients import idempotent_producer, reader
-from ostinato.services.namespaces_api import NAMESPACES
-from ostinato.services.reads import error
+from ostinato.services.frontend.http import error
+from ostinato.services.frontend.namespaces_api import NAMESPACES
 
 log = logging.getLogger("ostinato.gateway")
 
 CONTENT_TYPE = "application/vnd.ostinato.command+avro"
-COMMAND = "ostinato.command.Command"
 DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 600_000
 POLL_S = 0.1
-C = "ostinato.command."
 # Engine-internal commands: only processors (timers, cross-shard notifications) and the archiver produce them,
 # straight to Kafka. Accepting them here would let any HTTP caller fire a timer or forge a child's result.
-INTERNAL_COMMANDS = frozenset(C + n for n in (
+INTERNAL_COMMANDS = frozenset(wire.command_type(n) for n in (
     "FireTimer", "ChildWorkflowExecutionStartedNotification", "StartChildWorkflowExecutionFailedNotification",
     "ChildWorkflowExecutionClosedNotification", "ExternalRequestResultNotification", "ArchivalCompleted"))
 _ACCEPTED_TYPES = frozenset({CONTENT_TYPE, "application/octet-stream", ""})
@@ -62,9 +59,10 @@ def internal_origin(body: tuple[str, dict[str, Any]]) -> str | None:
     from another workflow (`external`: the target would notify that workflow of a request it never made)."""
     name, record = body
     if name in INTERNAL_COMMANDS:
-        return f"{name.removeprefix(C)} is engine-internal"
-    start = record.get("start") if name == C + "SignalWithStartWorkflowExecution" else record
-    if name in (C + "StartWorkflowExecution", C + "SignalWithStartWorkflowExecution") and start.get("parent"):
+        return f"{wire.short_name(name)} is engine-internal"
+    signal_with_start = wire.command_type("SignalWithStartWorkflowExecution")
+    start = record.get("start") if name == signal_with_start else record
+    if name in (wire.command_type("StartWorkflowExecution"), signal_with_start) and start.get("parent"):
         return "a start with `parent` is a child start, made only by the parent's shard"
     if record.get("external") is not None:
         return "`external` marks a request from another workflow, made only by that workflow's shard"
@@ -82,12 +80,10 @@ class CommandGateway:
         self.replies_topic = topic_name(settings.topic_prefix, Topic.REPLIES)
         count = max(1, min(reply_partitions, settings.reply_partitions))
         self.partitions = sorted(random.sample(range(settings.reply_partitions), count))
-        self._waiting: dict[str, list[asyncio.Future[bytes]]] = {}
-        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._deliveries: threading.Thread | None = None
         self.producer: Any = None
-        self.consumer: Any = None
+        self.replies: Any = None
 
     # -- life cycle -------------------------------------------------------------------------------------------
 
@@ -103,77 +99,30 @@ class CommandGateway:
         await asyncio.get_running_loop().run_in_executor(None, self.stop)
 
     def start(self) -> None:
-        """Open the clients and position the reader at the end of its partitions (blocking)."""
+        """Open the producer and the replies reader, positioned at the end of its partitions (blocking)."""
         client_id = f"ostinato-gateway-{uuid.uuid4().hex[:8]}"
         self.producer = idempotent_producer(self.bootstrap, client_id)
-        self.consumer = reader(self.bootstrap, client_id)
-        positions = []
-        for p in self.partitions:
-            tp = TopicPartition(self.replies_topic, p)
-            high = self.consumer.get_watermark_offsets(tp, timeout=30.0, cached=False)[1]
-            positions.append(TopicPartition(self.replies_topic, p, high))
-        self.consumer.assign(positions)
-        for target, name in ((self._read_replies, "replies"), (self._serve_deliveries, "deliveries")):
-            thread = threading.Thread(target=target, name=f"ostinato-gateway-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self.replies = ReplyReader(self.bootstrap, self.replies_topic, self.partitions, client_id)
+        self.replies.start()
+        self._deliveries = threading.Thread(target=self._serve_deliveries, name="ostinato-gateway-deliveries",
+                                            daemon=True)
+        self._deliveries.start()
         log.info("command gateway: producing to %s, answers on %s partitions %s", self.commands_topic,
                  self.replies_topic, self.partitions)
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(10)
-        with self._lock:
-            waiting, self._waiting = self._waiting, {}
-        for futures in waiting.values():
-            for future in futures:
-                self._complete(future, None, GatewayError("the server is shutting down"))
-        if self.consumer is not None:
-            self.consumer.close()
+        if self._deliveries is not None:
+            self._deliveries.join(10)
+        if self.replies is not None:
+            self.replies.fail_all(GatewayError("the server is shutting down"))
+            self.replies.close()
         if self.producer is not None:
             self.producer.flush(5)
-
-    # -- threads ----------------------------------------------------------------------------------------------
-
-    def _read_replies(self) -> None:
-        while not self._stop.is_set():
-            try:
-                msg = self.consumer.poll(POLL_S)
-            except KafkaException:  # keep reading: a lost reader would time out every request
-                log.exception("reading %s", self.replies_topic)
-                time.sleep(POLL_S)
-                continue
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("reading %s: %s", self.replies_topic, err.str())
-                continue
-            key = msg.key()
-            if key is None:
-                continue
-            with self._lock:
-                futures = self._waiting.pop(key.decode(errors="replace"), None)
-            for future in futures or ():
-                self._complete(future, msg.value(), None)
 
     def _serve_deliveries(self) -> None:
         while not self._stop.is_set():
             self.producer.poll(POLL_S)
-
-    def _complete(self, future: asyncio.Future[bytes], value: bytes | None, exc: BaseException | None) -> None:
-        def settle() -> None:
-            if future.done():  # the request timed out or its caller went away
-                return
-            if exc is not None:
-                future.set_exception(exc)
-            else:
-                future.set_result(value or b"")
-
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            future.get_loop().call_soon_threadsafe(settle)
 
     # -- the request ------------------------------------------------------------------------------------------
 
@@ -181,13 +130,13 @@ class CommandGateway:
         """Produce `command` without waiting for the engine's answer (fire and forget: bulk starts); returns once
         Kafka has it, so it will be processed."""
         command["reply_partition"] = None
-        data = codec.encode(COMMAND, command)
+        data = codec.encode(wire.COMMAND, command)
         key = workflow_key(command["namespace"], command["workflow_id"])
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             error = None if err is None else GatewayError(f"producing to {self.commands_topic}: {err.str()}")
-            self._complete(future, b"" if err is None else None, error)
+            settle(future, b"" if err is None else None, error)
 
         try:
             self.producer.produce(self.commands_topic, data, key.encode(),
@@ -205,15 +154,13 @@ class CommandGateway:
         """
         request_id = command["request_id"]
         command["reply_partition"] = random.choice(self.partitions)
-        data = codec.encode(COMMAND, command)
+        data = codec.encode(wire.COMMAND, command)
         key = workflow_key(command["namespace"], command["workflow_id"])
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        with self._lock:  # registered before producing: the answer may come back before `produce` returns
-            self._waiting.setdefault(request_id, []).append(future)
+        future = self.replies.expect(request_id)  # before producing: the answer may come back before `produce` returns
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
-                self._complete(future, None, GatewayError(f"producing to {self.commands_topic}: {err.str()}"))
+                settle(future, None, GatewayError(f"producing to {self.commands_topic}: {err.str()}"))
 
         try:
             self.producer.produce(self.commands_topic, data, key.encode(),
@@ -224,21 +171,13 @@ class CommandGateway:
         except KafkaException as exc:
             raise GatewayError(f"producing to {self.commands_topic}: {exc}") from None
         finally:
-            self._forget(request_id, future)
-
-    def _forget(self, request_id: str, future: asyncio.Future[bytes]) -> None:
-        with self._lock:
-            futures = self._waiting.get(request_id)
-            if futures is not None and future in futures:
-                futures.remove(future)
-                if not futures:
-                    del self._waiting[request_id]
+            self.replies.forget(request_id, future)
 
     async def post_command(self, request: web.Request) -> web.Response:
         kind = request.content_type if request.headers.get("Content-Type") else ""
         if kind not in _ACCEPTED_TYPES:
-            return error(415, "unsupported_media_type", f"send a single-object-encoded {COMMAND} as {CONTENT_TYPE}",
-                         content_type=kind)
+            return error(415, "unsupported_media_type",
+                         f"send a single-object-encoded {wire.COMMAND} as {CONTENT_TYPE}", content_type=kind)
         try:
             timeout_ms = int(request.query.get("timeout_ms", DEFAULT_TIMEOUT_MS))
         except ValueError:
@@ -251,9 +190,9 @@ class CommandGateway:
         try:
             name, command = codec.decode(data)
         except codec.DecodeError as exc:
-            return error(400, "malformed", f"the body is not a readable {COMMAND}: {exc}")
-        if name != COMMAND:
-            return error(400, "malformed", f"expected a {COMMAND}, found {name}")
+            return error(400, "malformed", f"the body is not a readable {wire.COMMAND}: {exc}")
+        if name != wire.COMMAND:
+            return error(400, "malformed", f"expected a {wire.COMMAND}, found {name}")
         spaces = request.app.get(NAMESPACES)
         if spaces is not None and not spaces.known(command["namespace"]):
             return error(404, "namespace_not_found", f"no namespace {command['namespace']!r}; register it first")
@@ -265,7 +204,7 @@ class CommandGateway:
         try:
             reply = await self.send(command, timeout_ms / 1000)
         except TimeoutError:
-            return error(504, "timeout", f"no answer to {command['body'][0].removeprefix(C)} within {timeout_ms} ms; "
+            return error(504, "timeout", f"no answer to {wire.short_name(command['body'][0])} within {timeout_ms} ms; "
                          "it may still be applied: retry with the same request_id", request_id=command["request_id"])
         except GatewayError as exc:
             return error(503, "unavailable", str(exc), request_id=command["request_id"])

@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from ostinato.connectors.archive import ArchiveError, ArchiveNotFoundError, S3Archive
 from ostinato.connectors.archiver import Archiver, NotReady
-from ostinato.services.reads import error, jsonable
+from ostinato.services.frontend.http import error, jsonable
 
 log = logging.getLogger("ostinato.archival")
 ARCHIVE = web.AppKey("archive", S3Archive)

@@ -9,10 +9,10 @@ import time
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from ostinato.kafka.clients import reader
 from ostinato.schemas import codec
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.cluster import ClusterError, produce_all
-from ostinato.services.kafka_clients import reader
+from ostinato.services.admin.cluster import ClusterError, produce_all
 
 log = logging.getLogger("ostinato.schemas")
 

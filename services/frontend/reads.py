@@ -16,9 +16,10 @@ from aiohttp import web
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
-from ostinato.services.history_waiters import HistoryWaiters
-from ostinato.services.ownership import OwnershipTable
-from ostinato.services.store import Family, ShardStore
+from ostinato.services.admin.ownership import OwnershipTable
+from ostinato.services.frontend.http import error, jsonable
+from ostinato.services.history.store import Family, ShardStore
+from ostinato.services.history.waiters import HistoryWaiters
 from ostinato.streams.model import decode_current, decode_run, to_record
 
 DEFAULT_PAGE_SIZE = 100
@@ -46,25 +47,9 @@ class ReadContext:
 READS = web.AppKey("reads", ReadContext)
 
 
-def error(status: int, code: str, message: str, **details: Any) -> web.Response:
-    return web.json_response({"code": code, "message": message, "details": details}, status=status)
-
-
-def jsonable(value: Any) -> Any:
-    """Avro records as JSON: bytes as base64, a union branch `(name, record)` as the record with its `@type`."""
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        inner = jsonable(value[1])
-        return {"@type": value[0], **inner} if isinstance(inner, dict) else inner
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [jsonable(v) for v in value]
-    return value
-
-
-def _store_or_redirect(request: web.Request) -> ShardStore | web.Response:
+def store_or_redirect(request: web.Request) -> ShardStore | web.Response:
+    """The store of the shard the request names when this process owns it; else a redirect to the owner (raised)
+    or a 503 to answer."""
     ctx = request.app[READS]
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     shard = shard_for(ns, wf, ctx.shards)
@@ -81,7 +66,8 @@ def _store_or_redirect(request: web.Request) -> ShardStore | web.Response:
                  "it may be moving between processors, retry shortly", shard=shard)
 
 
-def _run_id(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | None:
+def run_id_param(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | None:
+    """The run the request names (`?run_id=`), else the current run; None when the workflow is unknown."""
     run_id = request.query.get("run_id", "")
     if run_id:
         return run_id
@@ -91,11 +77,11 @@ def _run_id(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | 
 
 def _run_state(request: web.Request) -> tuple[ShardStore, str, bytes] | web.Response:
     """The owner's store, the run id (named or current) and its state; or the redirect / 503 / 404 to answer."""
-    store = _store_or_redirect(request)
+    store = store_or_redirect(request)
     if isinstance(store, web.Response):
         return store
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
-    run_id = _run_id(store, ns, wf, request)
+    run_id = run_id_param(store, ns, wf, request)
     data = store.get(Family.STATE, run_key(ns, wf, run_id).encode()) if run_id else None
     if run_id is None or data is None:
         return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}"

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ostinato.schemas.topics import DEFAULT_PREFIX
-from ostinato.services.cli_check import DEFAULT_BOOTSTRAP, KafkaOpt, PrefixOpt
+from ostinato.services.cli.check import DEFAULT_BOOTSTRAP, KafkaOpt, PrefixOpt
 
 app = typer.Typer(help="The visibility store behind list and count.", no_args_is_help=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -35,7 +35,7 @@ def rebuild(
         OpenSearchVisibilityStore,
         reindex,
     )
-    from ostinato.services.visibility_api import opensearch_index
+    from ostinato.services.frontend.visibility_api import opensearch_index
 
     store = OpenSearchVisibilityStore(opensearch_url, opensearch_index(prefix))
     columns = (TextColumn("re-indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -15,17 +15,16 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from ostinato.schemas import codec
+from ostinato.kafka.clients import admin_client, reader, wait_for_brokers
+from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import EVENT_ID_WIDTH, shard_for, split_key
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.kafka_clients import admin_client, reader, wait_for_brokers
 from ostinato.streams import events as ev
 from ostinato.streams.appliers import APPLIERS, replay
 from ostinato.streams.model import Workflow, durable_bytes
 
 Record = dict[str, Any]
 RunId = tuple[str, str, str]  # (namespace, workflow_id, run_id)
-HISTORY_EVENT = "ostinato.history.HistoryEvent"
 NO_RUN: RunId = ("", "", "")  # where a problem is filed when the key does not even name a run
 
 __all__ = [
@@ -200,7 +199,7 @@ class _RunCheck:
         except codec.DecodeError as exc:
             self.problem(event_id, f"undecodable value: {exc}")
             return None
-        if name != HISTORY_EVENT:
+        if name != wire.HISTORY_EVENT:
             self.problem(event_id, f"not a history event but a {name}")
             return None
         if event["event_id"] != event_id:

@@ -18,10 +18,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from ostinato.kafka.clients import admin_client, idempotent_producer, reader, wait_for_brokers
 from ostinato.schemas import codec
 from ostinato.schemas.cluster import SETTINGS_KEY, ClusterSettings
 from ostinato.schemas.topics import DEFAULT_REPLY_PARTITIONS, Topic, TopicSpec, catalogue, topic_name
-from ostinato.services.kafka_clients import admin_client, idempotent_producer, reader, wait_for_brokers
 
 
 class ClusterError(RuntimeError):

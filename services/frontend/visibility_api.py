@@ -21,7 +21,7 @@ from ostinato.connectors.visibility_opensearch import (
     OpenSearchVisibilityStore,
 )
 from ostinato.connectors.visibility_sqlite import InvalidPageTokenError, SqliteVisibilityFeeder, SqliteVisibilityStore
-from ostinato.services.reads import error, jsonable
+from ostinato.services.frontend.http import error, jsonable
 
 log = logging.getLogger("ostinato.visibility")
 DEFAULT_PAGE_SIZE = 100

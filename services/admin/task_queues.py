@@ -9,8 +9,8 @@ from typing import Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from ostinato.kafka.clients import base_config
 from ostinato.schemas.topics import TaskKind, task_queue_problem, task_topic_name
-from ostinato.services.kafka_clients import base_config
 
 TIMEOUT_S = 10.0
 SCAN_LIMIT = 10_000  # tasks counted one by one per partition before estimating

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ostinato.services.reads import error
+from ostinato.services.frontend.http import error
 
 ROLES = ("reader", "writer", "admin")
 OPEN_PATHS = ("/api/v1/cluster", "/api/v1/cluster/owners", "/api/v1/openapi.json", "/metrics")

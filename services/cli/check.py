@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ostinato.infra import defaults
+from ostinato.kafka.clients import KafkaUnavailable
 from ostinato.schemas.topics import DEFAULT_PREFIX
-from ostinato.services.checker import CheckerError, CheckReport, check_history
-from ostinato.services.kafka_clients import KafkaUnavailable
+from ostinato.services.admin.checker import CheckerError, CheckReport, check_history
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -33,7 +33,7 @@ class Output(StrEnum):
     JSON = "json"
 
 
-# The options of services/cli.py, spelled the same; not imported from it because cli.py imports this module.
+# The options of services/cli/main.py, spelled the same; not imported from it because cli.py imports this module.
 KafkaOpt = Annotated[str, typer.Option("--kafka", envvar="OSTINATO_KAFKA", help="Kafka bootstrap servers.")]
 PrefixOpt = Annotated[str, typer.Option("--prefix", envvar="OSTINATO_TOPIC_PREFIX", help="Topic prefix.")]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json.")]

@@ -23,8 +23,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ostinato.schemas.topics import TOMBSTONE_RETENTION_MS
-from ostinato.services.changelog import ChangelogApplier
-from ostinato.services.store import (
+from ostinato.services.history.changelog import ChangelogApplier
+from ostinato.services.history.store import (
     CHECKPOINT_HISTORY,
     CHECKPOINT_STATE,
     CHECKPOINT_TIME,

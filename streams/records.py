@@ -1,9 +1,12 @@
-"""The records a shell builds from the core's actions (tasks, visibility, replies), from history and state."""
+"""The records built from the core's actions (tasks, visibility, replies), from a run's state and history; used
+by the one interpreter of actions, `streams.perform`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchActivityTask, DispatchQueryTask, DispatchWorkflowTask, Reply
 from ostinato.streams.config import Config
@@ -12,14 +15,14 @@ from ostinato.streams.model import RunState
 
 Record = dict[str, Any]
 
-WORKFLOW_TASK = "ostinato.task.WorkflowTask"
-ACTIVITY_TASK = "ostinato.task.ActivityTask"
-QUERY_TASK = "ostinato.task.QueryTask"
-VISIBILITY = "ostinato.visibility.VisibilityRecord"
-REPLY = "ostinato.reply.Reply"
+WORKFLOW_TASK = wire.WORKFLOW_TASK
+ACTIVITY_TASK = wire.ACTIVITY_TASK
+QUERY_TASK = wire.QUERY_TASK
+VISIBILITY = wire.VISIBILITY
+REPLY = wire.REPLY
 
 
-def workflow_task(run: RunState, action: DispatchWorkflowTask, history: list[Record], config: Config,
+def workflow_task(run: RunState, action: DispatchWorkflowTask, history: Sequence[Record], config: Config,
                   ) -> Record | None:
     """The WorkflowTask record for `action`, or None when the task it names is no longer the run's.
 
@@ -41,7 +44,7 @@ def workflow_task(run: RunState, action: DispatchWorkflowTask, history: list[Rec
                         + ev.attributes(scheduled)["start_to_close_timeout_ms"])
 
 
-def _transient_task(run: RunState, action: DispatchWorkflowTask, history: list[Record], config: Config,
+def _transient_task(run: RunState, action: DispatchWorkflowTask, history: Sequence[Record], config: Config,
                     ) -> Record | None:
     task = run.workflow_task
     if (task is None or not task.transient or task.scheduled_event_id != action.scheduled_event_id
@@ -55,19 +58,19 @@ def _transient_task(run: RunState, action: DispatchWorkflowTask, history: list[R
                         scheduled_time_ms=task.scheduled_time_ms, deadline_ms=task.started_time_ms + task.timeout_ms)
 
 
-def _task_record(run: RunState, action: DispatchWorkflowTask, events: list[Record], *, history_length: int,
+def _task_record(run: RunState, action: DispatchWorkflowTask, events: Sequence[Record], *, history_length: int,
                  suggest: bool, scheduled_time_ms: int, deadline_ms: int) -> Record:
     return {
         "namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run.run_id,
         "workflow_type": run.workflow_type, "task_queue": action.task_queue,
         "scheduled_event_id": action.scheduled_event_id, "started_event_id": action.started_event_id,
         "attempt": action.attempt, "previous_started_event_id": action.previous_started_event_id,
-        "events": events, "history_length": history_length, "suggest_continue_as_new": suggest,
+        "events": list(events), "history_length": history_length, "suggest_continue_as_new": suggest,
         "scheduled_time_ms": scheduled_time_ms, "deadline_ms": deadline_ms,
     }
 
 
-def activity_task(run: RunState, action: DispatchActivityTask, history: list[Record]) -> Record | None:
+def activity_task(run: RunState, action: DispatchActivityTask, history: Sequence[Record]) -> Record | None:
     """The ActivityTask record for `action`: input and header from the scheduled event, attempt state from the
     run. None when that attempt is no longer pending (canceled or timed out within the same command)."""
     activity = run.activities.get(action.scheduled_event_id)
@@ -115,5 +118,4 @@ def visibility_record(run: RunState, history_size_bytes: int) -> Record:
 
 
 def reply_record(action: Reply) -> Record:
-    return {"request_id": action.request_id, "namespace": action.namespace, "workflow_id": action.workflow_id,
-            "body": action.body}
+    return wire.reply(action.request_id, action.namespace, action.workflow_id, action.body)

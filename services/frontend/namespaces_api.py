@@ -11,10 +11,10 @@ from typing import Any
 
 from aiohttp import web
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.ownership import DEFAULT_NAMESPACE, NAMESPACE, OwnershipTable
-from ostinato.services.reads import error
+from ostinato.services.admin.ownership import DEFAULT_NAMESPACE, OwnershipTable
+from ostinato.services.frontend.http import error
 from ostinato.streams.config import Config
 
 MIN_RETENTION_MS = 60_000
@@ -89,7 +89,7 @@ async def register(request: web.Request) -> web.Response:
     record = {"name": name, "retention_ms": retention, "description": body.get("description", ""),
               "owner_email": body.get("owner_email", ""), "created_at_ms": time.time_ns() // 1_000_000}
     producer = spaces.gateway.producer
-    producer.produce(topic_name(spaces.prefix, Topic.CLUSTER), codec.encode(NAMESPACE, record),
+    producer.produce(topic_name(spaces.prefix, Topic.CLUSTER), codec.encode(wire.NAMESPACE, record),
                      f"namespace/{name}".encode(), partition=0)
     await asyncio.get_running_loop().run_in_executor(None, producer.flush, 10)
     deadline = time.monotonic() + 10

@@ -18,8 +18,8 @@ from ostinato.infra import process
 from ostinato.sdk.client import Client, WorkflowHandle
 from ostinato.sdk.exceptions import RPCError
 from ostinato.sdk.worker import Worker
-from ostinato.services import demo_orders
-from ostinato.services.dev import SERVER_MARKER, DevOptions, run_detached, stop
+from ostinato.services.cli import demo_orders
+from ostinato.services.cli.dev import SERVER_MARKER, DevOptions, run_detached, stop
 
 console = Console(soft_wrap=True)
 
@@ -90,7 +90,7 @@ def run_demo(opts: DevOptions, say: Callable[[str], None], keep: bool) -> None:
     logging.getLogger("ostinato.kafka").setLevel(logging.ERROR)  # librdkafka's retries while a broker warms up
     try:
         handle = asyncio.run(_run(opts, say))
-        from ostinato.services.cli_workflow import show
+        from ostinato.services.cli.workflow import show
 
         say(f"The history of {handle.id} (its payment failed once and was retried):")
         show(handle.id, run_id="", server=f"http://127.0.0.1:{opts.port}", namespace="default", output="table")

@@ -18,16 +18,16 @@ from typing import Any
 from aiohttp import web
 from confluent_kafka import KafkaException
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import history_key, run_key
-from ostinato.services.gateway import CommandGateway, GatewayError
-from ostinato.services.namespaces_api import unknown_namespace
-from ostinato.services.reads import READS, _run_id, _store_or_redirect, error
-from ostinato.services.store import Family, ShardStore
+from ostinato.services.frontend.gateway import CommandGateway, GatewayError
+from ostinato.services.frontend.http import error
+from ostinato.services.frontend.namespaces_api import unknown_namespace
+from ostinato.services.frontend.reads import READS, run_id_param, store_or_redirect
+from ostinato.services.history.store import Family, ShardStore
 from ostinato.streams.model import decode_run
 
 Record = dict[str, Any]
-C = "ostinato.command."
 JSON_ENCODING = b"json/plain"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
@@ -117,11 +117,11 @@ async def _send(request: web.Request, workflow_id: str, name: str, body: Record,
 
 def _command(request: web.Request, workflow_id: str, name: str, body: Record, run_id: str, request_id: str,
              ) -> Record:
-    command = {"namespace": request.match_info["namespace"], "workflow_id": workflow_id, "run_id": run_id,
-               "request_id": request_id, "identity": f"api@{request.remote or 'unknown'}",
-               "time_ms": time.time_ns() // 1_000_000, "reply_partition": None, "body": (C + name, body)}
+    command = wire.command(request.match_info["namespace"], workflow_id, (name, body), run_id=run_id,
+                           request_id=request_id, identity=f"api@{request.remote or 'unknown'}",
+                           time_ms=time.time_ns() // 1_000_000)
     try:
-        codec.encode("ostinato.command.Command", command)
+        codec.encode(wire.COMMAND, command)
     except ValueError as exc:
         raise BadRequest(f"the request does not make a valid {name}: {exc}") from None
     return command
@@ -236,7 +236,7 @@ async def terminate(request: web.Request) -> web.Response:
 async def result(request: web.Request) -> web.Response:
     """Long-poll until the run closes (served by the shard's owner; others redirect), following continue-as-new
     unless `follow=false`. 200 with the status and the result or failure; 504 after `timeout_ms` (max 60 s)."""
-    store = _store_or_redirect(request)
+    store = store_or_redirect(request)
     if isinstance(store, web.Response):
         return store
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
@@ -245,7 +245,7 @@ async def result(request: web.Request) -> web.Response:
     except ValueError:
         raise BadRequest("timeout_ms must be a whole number") from None
     follow = request.query.get("follow", "true") != "false"
-    run_id = _run_id(store, ns, wf, request)
+    run_id = run_id_param(store, ns, wf, request)
     if not run_id:
         return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
     deadline = time.monotonic() + wait_s
@@ -305,7 +305,7 @@ def _outcome(run_id: str, kind: str, attrs: Record) -> Record:
 @_handler
 async def describe_task_queue(request: web.Request) -> web.Response:
     """Backlog (consumer lag) and the oldest waiting task's age per kind, and the workers in the queue's group."""
-    from ostinato.services.task_queues import describe_task_queue as describe
+    from ostinato.services.admin.task_queues import describe_task_queue as describe
 
     gateway = request.app[GATEWAY]
     try:

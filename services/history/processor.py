@@ -28,22 +28,21 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from ostinato.schemas import codec
+from ostinato.kafka.clients import base_config
+from ostinato.kafka.task_topics import TaskTopics
+from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
-from ostinato.services.faults import FaultPoints
-from ostinato.services.kafka_clients import base_config
-from ostinato.services.metrics import ProcessorMetrics
-from ostinato.services.restore import open_and_restore
-from ostinato.services.schema_sync import sync_schemas
-from ostinato.services.shard import Output, Shard, Topology
-from ostinato.services.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, CHECKPOINT_TIME, RocksStore, pack_int
-from ostinato.services.task_topics import TaskTopics
+from ostinato.services.history.faults import FaultPoints
+from ostinato.services.history.metrics import ProcessorMetrics
+from ostinato.services.history.restore import open_and_restore
+from ostinato.services.history.schema_sync import sync_schemas
+from ostinato.services.history.shard import Output, Shard, Topology
+from ostinato.services.history.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, CHECKPOINT_TIME, RocksStore, pack_int
 from ostinato.streams.config import Config
 
 log = logging.getLogger("ostinato.processor")
 
-SHARD_OWNER = "ostinato.cluster.ShardOwner"
 TXN_TIMEOUT_MS = 10_000  # how long a crashed owner's open transaction can hold a shard's changelog back
 OPERATION_TIMEOUT_S = 30.0
 MAX_TIMERS_PER_SHARD = 500  # deadlines fired per shard per batch: a burst of timers cannot starve commands
@@ -327,7 +326,7 @@ class Processor:
         for index in sorted(self._announce):
             record = {"shard": index, "owner_id": self.owner_id, "read_endpoint": self.options.read_endpoint,
                       "generation": wall_ms(), "updated_at_ms": wall_ms()}
-            out.append(Output(self.cluster_topic, 0, f"shard/{index}".encode(), codec.encode(SHARD_OWNER, record)))
+            out.append(Output(self.cluster_topic, 0, f"shard/{index}".encode(), codec.encode(wire.SHARD_OWNER, record)))
         return out
 
     def _commit(self) -> None:

@@ -1,0 +1,1 @@
+"""The `ostinato` command line (`cli.main`), its verbs, `ostinato dev` and `ostinato demo`."""

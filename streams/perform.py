@@ -1,0 +1,125 @@
+"""The one interpreter of the core's actions (STYLE.md 4): what each action becomes, written once.
+
+Both shells, the Kafka shard (`services/history/shard.py`) and the in-memory engine (`streams/engine.py`), call
+`perform` for every action of a decided step, inside the same transaction (or its in-memory equivalent) as the
+step's events. Which records an action yields, and from which state and history, is decided here; the shell's
+`Outbox` only says where a record goes (a topic and partition, or an in-memory queue) and how its stores change.
+A new action is added here, and in the `Outbox` protocol if it needs a new kind of output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ostinato.schemas import wire
+from ostinato.streams import records
+from ostinato.streams.actions import (
+    Action,
+    Archive,
+    CancelTimer,
+    Deadline,
+    DeleteRun,
+    DispatchActivityTask,
+    DispatchQueryTask,
+    DispatchWorkflowTask,
+    Reply,
+    ScheduleTimer,
+    SendCommand,
+    UpsertVisibility,
+)
+from ostinato.streams.config import Config
+from ostinato.streams.model import RunState, Workflow
+
+Record = dict[str, Any]
+
+
+class Outbox(Protocol):
+    """Where a shell puts what the actions of one step produce. Records are given by type name (`schemas.wire`)
+    and content; the shell encodes and addresses them."""
+
+    def config(self, namespace: str) -> Config:
+        """The settings that apply to runs of `namespace`."""
+        ...
+
+    def history(self, run: RunState) -> Sequence[Record]:
+        """The run's history so far, including this step's events: event `n` at index `n - 1`."""
+        ...
+
+    def history_size(self, run: RunState) -> int:
+        """The run's history in encoded bytes, including this step's events."""
+        ...
+
+    def command(self, command: Record) -> None:
+        """An `ostinato.command.Command` for the shard of its workflow (maybe another shard)."""
+        ...
+
+    def reply(self, reply_partition: int, request_id: str, reply: Record) -> None:
+        """An `ostinato.reply.Reply` on the replies partition where its sender waits."""
+        ...
+
+    def workflow_task(self, task_queue: str, namespace: str, workflow_id: str, type_name: str, task: Record) -> None:
+        """A record for the queue's workflow task topic (a WorkflowTask or a QueryTask), keyed by workflow."""
+        ...
+
+    def activity_task(self, task_queue: str, namespace: str, workflow_id: str, activity_id: str,
+                      task: Record) -> None:
+        """An ActivityTask for the queue's activity topic, keyed by activity."""
+        ...
+
+    def visibility(self, run: RunState, record: Record) -> None:
+        """The run's searchable summary."""
+        ...
+
+    def timer(self, namespace: str, workflow_id: str, deadline: Deadline, scheduled: bool) -> None:
+        """Put the deadline into the timer index (`scheduled`) or take it out."""
+        ...
+
+    def delete_run(self, namespace: str, workflow_id: str, run_id: str) -> None:
+        """Remove a closed run's history and visibility (its state goes with the step's changelog)."""
+        ...
+
+    def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
+        """A closed run should be archived before it is deleted."""
+        ...
+
+
+def perform(workflow: Workflow | None, action: Action, outbox: Outbox) -> None:
+    """Carry out one action into `outbox`. `workflow` is the workflow the step was about (None for an answer
+    given outside any workflow, such as a malformed command's rejection)."""
+    if isinstance(action, Reply):
+        outbox.reply(action.reply_partition, action.request_id, records.reply_record(action))
+    elif isinstance(action, SendCommand):
+        outbox.command(action.command)
+    elif isinstance(action, ScheduleTimer | CancelTimer):
+        outbox.timer(action.namespace, action.workflow_id, action.deadline, isinstance(action, ScheduleTimer))
+    elif isinstance(action, DeleteRun):
+        outbox.delete_run(action.namespace, action.workflow_id, action.run_id)
+    elif isinstance(action, Archive):
+        outbox.archive(action.namespace, action.workflow_id, action.run_id)
+    else:
+        if workflow is None:
+            raise ValueError(f"{type(action).__name__} needs the workflow it is about")
+        _perform_on_run(workflow, action, outbox)
+
+
+def _perform_on_run(workflow: Workflow, action: Action, outbox: Outbox) -> None:
+    """The actions whose records are built from the run's state and history; a run gone within the same step
+    (deleted) produces nothing."""
+    assert isinstance(action, DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility)
+    run = workflow.runs.get(action.run_id)
+    if run is None:
+        return
+    ns, wf = run.namespace, run.workflow_id
+    if isinstance(action, DispatchWorkflowTask):
+        task = records.workflow_task(run, action, outbox.history(run), outbox.config(ns))
+        if task is not None:
+            outbox.workflow_task(action.task_queue, ns, wf, wire.WORKFLOW_TASK, task)
+    elif isinstance(action, DispatchActivityTask):
+        activity = records.activity_task(run, action, outbox.history(run))
+        if activity is not None:
+            outbox.activity_task(activity["task_queue"], ns, wf, activity["activity_id"], activity)
+    elif isinstance(action, DispatchQueryTask):
+        outbox.workflow_task(action.task_queue, ns, wf, wire.QUERY_TASK, records.query_task(run, action))
+    else:
+        outbox.visibility(run, records.visibility_record(run, outbox.history_size(run)))
