@@ -1,4 +1,5 @@
-"""Real Kafka (and later OpenSearch and S3) started locally from Maven Central jars, without Docker."""
+"""Real Kafka (KRaft, one or three nodes), OpenSearch and an S3 server (s3proxy), fetched from Maven Central and
+started locally on loopback, without Docker."""
 
 from ostinato.infra.errors import InfraError
 

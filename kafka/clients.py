@@ -37,8 +37,10 @@ def idempotent_producer(bootstrap: str, client_id: str) -> Producer:
     })
 
 
-def reader(bootstrap: str, client_id: str, isolation: str = "read_committed") -> Consumer:
-    """A consumer for manual assignment only (no group membership, no commits)."""
+def reader(bootstrap: str, client_id: str, isolation: str = "read_committed",
+           overrides: dict[str, Any] | None = None) -> Consumer:
+    """A consumer for manual assignment only (no group membership, no commits); `overrides` are further
+    librdkafka settings."""
     return Consumer({
         **base_config(bootstrap, client_id),
         "group.id": f"{client_id}-unused",
@@ -46,6 +48,7 @@ def reader(bootstrap: str, client_id: str, isolation: str = "read_committed") ->
         "isolation.level": isolation,
         "enable.partition.eof": True,
         "fetch.max.bytes": MAX_RECORD_BYTES * 2,
+        **(overrides or {}),
     })
 
 

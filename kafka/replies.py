@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ostinato.kafka.clients import reader
 
@@ -38,11 +38,12 @@ class ReplyReader:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._consumer = None
+        self._consumer: Consumer | None = None
 
     def start(self) -> None:
         """Open the consumer at the partitions' current ends and start reading (blocking: call it off the loop)."""
-        consumer = reader(self.bootstrap, self.client_id)
+        # An answer is awaited by someone: fetch again soon after an empty fetch (librdkafka's default is 500 ms).
+        consumer = reader(self.bootstrap, self.client_id, overrides={"fetch.wait.max.ms": 10})
         positions = []
         for p in self.partitions:
             tp = TopicPartition(self.topic, p)

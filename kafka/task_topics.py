@@ -9,7 +9,7 @@ import threading
 import time
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # stubs omit the re-export
 
 from ostinato.kafka.clients import admin_client
 from ostinato.schemas.topics import TaskKind, task_topic_name, task_topic_spec

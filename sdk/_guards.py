@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ostinato.sdk import _instance
+from ostinato.sdk import _context
 from ostinato.sdk.exceptions import RestrictedWorkflowAccessError
 
 _ALLOWED_CALLERS = ("logging", "ostinato.sdk", "asyncio", "traceback", "linecache")
@@ -32,16 +32,16 @@ def _violation(what: str, instead: str) -> RestrictedWorkflowAccessError:
     error = RestrictedWorkflowAccessError(
         f"workflow code called {what}, which is not deterministic (a replay would see a different value); "
         f"use {instead}")
-    instance = _instance.current()
-    if instance._task_failure is None:
-        instance._task_failure = error
+    activation = _context.running()
+    if activation is not None:
+        activation.record_violation(error)
     return error
 
 
 def _guard(fn: Callable[..., Any], what: str, instead: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        if _instance.in_workflow():
+        if _context.in_workflow():
             caller = sys._getframe(1).f_globals.get("__name__", "")
             if not caller.startswith(_ALLOWED_CALLERS):
                 raise _violation(what, instead)
@@ -53,7 +53,7 @@ def _guard(fn: Callable[..., Any], what: str, instead: str) -> Callable[..., Any
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     what = _AUDITED.get(event)
-    if what is not None and _instance.in_workflow():
+    if what is not None and _context.in_workflow():
         raise _violation(f"{event} ({what})", "an activity for anything that talks to the outside world")
 
 

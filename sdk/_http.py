@@ -1,4 +1,5 @@
-"""`HttpService`: the client's `WorkflowService` over a server's HTTP API (what `Client.connect` uses).
+"""`HttpService`: the client's transport over a server's HTTP API (what `Client.connect` uses); its workers take
+their tasks from the server's Kafka (`_kafka_worker`).
 
 Commands go to `POST /api/v1/commands` as single-object Avro and come back as the `ostinato.reply.Reply` the
 owning processor (or, for a query, a worker) wrote; describe and history come from the owner's read API with
@@ -16,25 +17,19 @@ import time
 import uuid
 from collections import OrderedDict
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk.client import CLOSING_EVENTS, Body
-
-if TYPE_CHECKING:
-    from ostinato.sdk.worker import Worker
+from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, WorkerTransport
 
 __all__ = ["HttpService"]
 
 Record = dict[str, Any]
 CONTENT_TYPE = "application/vnd.ostinato.command+avro"
-COMMAND = "ostinato.command.Command"
-REPLY = "ostinato.reply.Reply"
-STATE = "ostinato.state.MutableState"
 COMMAND_TIMEOUT = timedelta(seconds=30)
 HISTORY_PAGE = 1000
 POLL_FIRST_S = 0.02
@@ -49,8 +44,8 @@ SLACK_S = 5.0  # HTTP timeout beyond the server's own wait, so the server's 504 
 CLUSTER_FIELDS = {"kafka_bootstrap": str, "topic_prefix": str, "shards": int, "reply_partitions": int}
 
 
-class HttpService:
-    """A server's HTTP API as a `WorkflowService`. Make it with `await HttpService.connect(target)`; `close()` it
+class HttpService(ClientTransport):
+    """A server's HTTP API as a `ClientTransport`. Make it with `await HttpService.connect(target)`; `close()` it
     (or use `async with`) when done."""
 
     def __init__(self, target: str, session: aiohttp.ClientSession, cluster: Record, *,
@@ -100,28 +95,27 @@ class HttpService:
 
     async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
                    identity: str) -> Body:
-        command = {"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id, "request_id": request_id,
-                   "identity": identity, "time_ms": _now_ms(), "reply_partition": None, "body": body}
+        command = wire.command(namespace, workflow_id, body, run_id=run_id, request_id=request_id, identity=identity,
+                               time_ms=_now_ms())
         try:
-            data = codec.encode(COMMAND, command)
+            data = codec.encode(wire.COMMAND, command)
         except ValueError as e:  # as the engine does: an unreadable command is a MALFORMED rejection, not a crash
-            return "ostinato.reply.Rejected", {"code": "MALFORMED", "message": str(e), "existing_run_id": ""}
+            return wire.rejected("MALFORMED", str(e))
         reply = await self._post(data, self.command_timeout, body[0])
         answer: Body = reply["body"]
-        if not answer[0].endswith("Rejected"):
+        if answer[0] != wire.REJECTED:
             self._remember(namespace, workflow_id)
         return answer
 
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
                     timeout: timedelta) -> Body:
-        body = ("ostinato.command.QueryWorkflow", {
+        body = (wire.command_type("QueryWorkflow"), {
             "query_type": query_type, "query_args": args, "header": {},
             "deadline_ms": _now_ms() + int(timeout.total_seconds() * 1000)})
-        command = {"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
-                   "request_id": uuid.uuid4().hex, "identity": "", "time_ms": _now_ms(), "reply_partition": None,
-                   "body": body}
+        command = wire.command(namespace, workflow_id, body, run_id=run_id, request_id=uuid.uuid4().hex, identity="",
+                               time_ms=_now_ms())
         try:
-            reply = await self._post(codec.encode(COMMAND, command), timeout, body[0])
+            reply = await self._post(codec.encode(wire.COMMAND, command), timeout, body[0])
         except exc.RPCError as e:
             if e.status != 504:
                 raise
@@ -146,8 +140,9 @@ class HttpService:
             name, reply = codec.decode(payload)
         except codec.DecodeError as e:
             raise exc.RPCError(f"unreadable answer from {self.target}: {e}", status=200, code="malformed") from None
-        if name != REPLY:
-            raise exc.RPCError(f"expected a {REPLY} from {self.target}, got {name}", status=200, code="malformed")
+        if name != wire.REPLY:
+            raise exc.RPCError(f"expected a {wire.REPLY} from {self.target}, got {name}", status=200,
+                               code="malformed")
         return reply
 
     # -- owner reads ------------------------------------------------------------------------------------------
@@ -157,8 +152,9 @@ class HttpService:
         if data is None:
             return None
         name, record = _decode(data)
-        if name != STATE:
-            raise exc.RPCError(f"expected a {STATE} from {self.target}, got {name}", status=200, code="malformed")
+        if name != wire.MUTABLE_STATE:
+            raise exc.RPCError(f"expected a {wire.MUTABLE_STATE} from {self.target}, got {name}", status=200,
+                               code="malformed")
         return record
 
     async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]:
@@ -263,7 +259,7 @@ class HttpService:
         at = self._written.get((namespace, workflow_id))
         return at is not None and time.monotonic() - at < READ_YOUR_WRITES_S * 2
 
-    # -- workers ----------------------------------------------------------------------------------------------
+    # -- visibility -------------------------------------------------------------------------------------------
 
     async def list_page(self, namespace: str, query: str, page_size: int, token: str) -> tuple[list[Record], str]:
         """A page of the visibility store's runs matching `query`, and the next page's token ("" at the end)."""
@@ -288,15 +284,14 @@ class HttpService:
             raise exc.RPCError(f"GET {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
                                code="unavailable") from None
 
-    async def run_worker(self, worker: Worker, stopping: asyncio.Event) -> None:
-        """Serve the worker's task queue from Kafka (bootstrap, prefix and shards as the server told us)."""
-        from ostinato.sdk._kafka_worker import KafkaWorkerLoop
+    # -- workers ----------------------------------------------------------------------------------------------
 
-        async def fetch_history(task: Record) -> list[Record]:
-            return await self.history(task["namespace"], task["workflow_id"], task["run_id"])
+    def worker_transport(self) -> WorkerTransport:
+        """Workers take their tasks from the server's Kafka (bootstrap, prefix and shards as the server told us) and
+        read the histories they lack through this API."""
+        from ostinato.sdk._kafka_worker import KafkaWorkerTransport  # confluent_kafka loads only where workers run
 
-        loop = KafkaWorkerLoop(worker, self.cluster, fetch_history)
-        await loop.run(stopping, int(self.cluster.get("replication_factor", 1)))
+        return KafkaWorkerTransport(self.cluster, self.history)
 
 
 def _now_ms() -> int:

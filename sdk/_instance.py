@@ -11,16 +11,16 @@ number, so ids (`activity_id`, `timer_id`) are the same on every replay.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import random
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ostinato.schemas.wire import command_type
+from ostinato.sdk import _context, _guards
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import WorkflowDefinition
 from ostinato.sdk._loop import WorkflowLoop
@@ -28,58 +28,39 @@ from ostinato.sdk.data import DataConverter
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
-C = "ostinato.command."
 PATCH_MARKER = "core_patch"
-CLOSING = {C + "CompleteWorkflowExecutionCommand", C + "FailWorkflowExecutionCommand",
-           C + "CancelWorkflowExecutionCommand", C + "ContinueAsNewWorkflowExecutionCommand"}
+CLOSING = {command_type(name) for name in ("CompleteWorkflowExecutionCommand", "FailWorkflowExecutionCommand",
+                                           "CancelWorkflowExecutionCommand", "ContinueAsNewWorkflowExecutionCommand")}
 
 # The event each command becomes, and the attribute that identifies it.
-_EVENT_OF = {
-    C + "ScheduleActivityTaskCommand": ("ACTIVITY_TASK_SCHEDULED", "activity_id"),
-    C + "RequestCancelActivityTaskCommand": ("ACTIVITY_TASK_CANCEL_REQUESTED", "scheduled_event_id"),
-    C + "StartTimerCommand": ("TIMER_STARTED", "timer_id"),
-    C + "CancelTimerCommand": ("TIMER_CANCELED", "timer_id"),
-    C + "CompleteWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_COMPLETED", None),
-    C + "FailWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_FAILED", None),
-    C + "CancelWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_CANCELED", None),
-    C + "ContinueAsNewWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_CONTINUED_AS_NEW", None),
-    C + "StartChildWorkflowExecutionCommand": ("START_CHILD_WORKFLOW_EXECUTION_INITIATED", "workflow_id"),
-    C + "SignalExternalWorkflowExecutionCommand": ("SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED", "signal_name"),
-    C + "RequestCancelExternalWorkflowExecutionCommand": ("REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED",
-                                                          None),
-    C + "RecordMarkerCommand": ("MARKER_RECORDED", "marker_name"),
-    C + "UpsertWorkflowSearchAttributesCommand": ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", None),
-    C + "ModifyWorkflowPropertiesCommand": ("WORKFLOW_PROPERTIES_MODIFIED", None),
-}
+_EVENT_OF = {command_type(name): event for name, event in {
+    "ScheduleActivityTaskCommand": ("ACTIVITY_TASK_SCHEDULED", "activity_id"),
+    "RequestCancelActivityTaskCommand": ("ACTIVITY_TASK_CANCEL_REQUESTED", "scheduled_event_id"),
+    "StartTimerCommand": ("TIMER_STARTED", "timer_id"),
+    "CancelTimerCommand": ("TIMER_CANCELED", "timer_id"),
+    "CompleteWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_COMPLETED", None),
+    "FailWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_FAILED", None),
+    "CancelWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_CANCELED", None),
+    "ContinueAsNewWorkflowExecutionCommand": ("WORKFLOW_EXECUTION_CONTINUED_AS_NEW", None),
+    "StartChildWorkflowExecutionCommand": ("START_CHILD_WORKFLOW_EXECUTION_INITIATED", "workflow_id"),
+    "SignalExternalWorkflowExecutionCommand": ("SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED", "signal_name"),
+    "RequestCancelExternalWorkflowExecutionCommand": ("REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED", None),
+    "RecordMarkerCommand": ("MARKER_RECORDED", "marker_name"),
+    "UpsertWorkflowSearchAttributesCommand": ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", None),
+    "ModifyWorkflowPropertiesCommand": ("WORKFLOW_PROPERTIES_MODIFIED", None),
+}.items()}
 COMMAND_EVENTS = frozenset(event for event, _ in _EVENT_OF.values())
 TASK_EVENTS = frozenset({"WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED",
                          "WORKFLOW_TASK_FAILED", "WORKFLOW_TASK_TIMED_OUT"})
 
-_local = threading.local()
 log = logging.getLogger("ostinato.workflow")
 
 
 def current() -> WorkflowInstance:
-    instance: WorkflowInstance | None = getattr(_local, "instance", None)
-    if instance is None:
+    instance = _context.running()
+    if not isinstance(instance, WorkflowInstance):
         raise RuntimeError("not in a workflow: this function can only be called from workflow code")
     return instance
-
-
-def in_workflow() -> bool:
-    return getattr(_local, "instance", None) is not None
-
-
-@contextlib.contextmanager
-def outside_workflow() -> Iterator[None]:
-    """Lift the determinism guards for the SDK's own I/O on the workflow's behalf: blob store reads and writes
-    of content-addressed, checksummed data, whose outcome does not depend on when they run."""
-    saved = getattr(_local, "instance", None)
-    _local.instance = None
-    try:
-        yield
-    finally:
-        _local.instance = saved
 
 
 @dataclass(frozen=True)
@@ -219,7 +200,7 @@ class WorkflowInstance:
             raise exc.NondeterminismError(
                 f"history has {event['event_type']} ({_event_id_text(event)}) at event {event['event_id']} but "
                 f"workflow code now produces {_describe(pending.name, pending.body)}")
-        if pending.name == C + "ScheduleActivityTaskCommand" and attrs["activity_type"] != \
+        if pending.name == command_type("ScheduleActivityTaskCommand") and attrs["activity_type"] != \
                 pending.body["activity_type"]:
             raise exc.NondeterminismError(
                 f"history schedules activity {attrs['activity_id']!r} as {attrs['activity_type']!r} at event "
@@ -258,10 +239,8 @@ class WorkflowInstance:
         self.last_started_event_id = started["event_id"]
         self._new = []
         self._task_failure = None
-        from ostinato.sdk import _guards
-
         _guards.install()
-        _local.instance = self
+        _context.set_running(self)
         try:
             for job in jobs:
                 if not self.closed:
@@ -270,7 +249,7 @@ class WorkflowInstance:
         except (exc.NondeterminismError, exc.RestrictedWorkflowAccessError) as error:
             self._task_failure = error
         finally:
-            _local.instance = None
+            _context.set_running(None)
         if self._task_failure is not None:
             failure, self._task_failure = self._task_failure, None
             self._new = []
@@ -282,6 +261,12 @@ class WorkflowInstance:
             return TaskOutcome(failure=failure, cause=cause)
         self._expected = list(self._new)
         return TaskOutcome(commands=[(p.name, p.body) for p in self._new])
+
+    def record_violation(self, error: BaseException) -> None:
+        """A determinism guard caught `error` in workflow code: the activation fails with the first one, even if the
+        code swallows the exception."""
+        if self._task_failure is None:
+            self._task_failure = error
 
     def _run(self) -> None:
         """Run the loop until nothing is ready and no wait_condition became true."""
@@ -378,9 +363,9 @@ class WorkflowInstance:
         return self._seq[kind]
 
     def command(self, name: str, body: Record, on_event: Callable[[Record], None] | None = None) -> _Pending:
-        if self.closed and C + name not in CLOSING:
+        if self.closed and command_type(name) not in CLOSING:
             raise exc.ApplicationError("the workflow already closed: no more commands") from None
-        pending = _Pending(C + name, body, on_event)
+        pending = _Pending(command_type(name), body, on_event)
         self._new.append(pending)
         return pending
 
@@ -430,11 +415,11 @@ class WorkflowInstance:
             known = ", ".join(sorted(self.defn.queries)) or "none"
             raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
         values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
-        _local.instance = self
+        _context.set_running(self)
         try:
             return self.converter.encode([handler(self.obj, *values)])
         finally:
-            _local.instance = None
+            _context.set_running(None)
 
 
 def _family(event_type: str) -> str:

@@ -17,88 +17,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # stubs omit the re-export
 
-from ostinato.schemas import codec, partition_for
+from ostinato.kafka.replies import ReplyReader
+from ostinato.kafka.task_topics import TaskTopics
+from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
-from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, task_topic_spec, topic_name
+from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
+from ostinato.sdk._transport import ServedWorker, WorkerTransport
 from ostinato.sdk.exceptions import RPCError
 
-if TYPE_CHECKING:
-    from ostinato.sdk.worker import Worker
-
 Record = dict[str, Any]
-C = "ostinato.command."
+HistoryReader = Callable[[str, str, str], Awaitable[list[Record]]]  # (namespace, workflow id, run id) -> events
 REPLY_TIMEOUT_S = 30.0
 POLL_S = 0.05
 FETCH_MAX = 100  # tasks taken from Kafka at once
 log = logging.getLogger("ostinato.worker")
-
-
-class Replies:
-    """Reads one partition of the replies topic from its end and hands each reply to whoever waits for its
-    request id (other readers of the partition simply ignore ours)."""
-
-    def __init__(self, bootstrap: str, topic: str, partition: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.partition = partition
-        self._loop = loop
-        self._waiting: dict[str, asyncio.Future[Record]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "logger": log,
-                                   "group.id": f"ostinato-replies-{uuid.uuid4().hex}",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                                   "fetch.wait.max.ms": 10})
-        # From the end as it is now, resolved before any command goes out: OFFSET_END would be resolved at the
-        # first fetch, after which a fast reply could already sit behind it, never seen.
-        _, end = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)
-        self._consumer.assign([TopicPartition(topic, partition, end)])
-        self._thread = threading.Thread(target=self._run, name="ostinato-replies", daemon=True)
-        self._thread.start()
-
-    def expect(self, request_id: str) -> asyncio.Future[Record]:
-        future: asyncio.Future[Record] = self._loop.create_future()
-        with self._lock:
-            self._waiting[request_id] = future
-        return future
-
-    def forget(self, request_id: str) -> None:
-        with self._lock:
-            self._waiting.pop(request_id, None)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            msg = self._consumer.poll(0.1)
-            if msg is None or msg.error() is not None or msg.value() is None:
-                continue
-            request_id = (msg.key() or b"").decode(errors="replace")
-            with self._lock:
-                future = self._waiting.pop(request_id, None)
-            if future is None:
-                continue
-            try:
-                _, reply = codec.decode(msg.value() or b"")
-            except codec.DecodeError as exc:
-                log.warning("unreadable reply for %s: %s", request_id, exc)
-                continue
-            self._loop.call_soon_threadsafe(_resolve, future, reply)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._consumer.close()
-
-
-def _resolve(future: asyncio.Future[Record], reply: Record) -> None:
-    if not future.done():
-        future.set_result(reply)
 
 
 class OffsetTracker:
@@ -136,8 +75,25 @@ class OffsetTracker:
                 table.pop((tp.topic, tp.partition), None)
 
 
+class KafkaWorkerTransport(WorkerTransport):
+    """Workers served from a cluster's Kafka task topics (`cluster` is the server's `GET /api/v1/cluster` answer); a
+    worker whose cache lacks a workflow reads its history with `history` (the client's API)."""
+
+    def __init__(self, cluster: Record, history: HistoryReader) -> None:
+        self.cluster = cluster
+        self.history = history
+
+    async def run_worker(self, worker: ServedWorker, stopping: asyncio.Event) -> None:
+        async def fetch_history(task: Record) -> list[Record]:
+            return await self.history(task["namespace"], task["workflow_id"], task["run_id"])
+
+        loop = KafkaWorkerLoop(worker, self.cluster, fetch_history)
+        await loop.run(stopping, int(self.cluster.get("replication_factor", 1)))
+
+
 class KafkaWorkerLoop:
-    def __init__(self, worker: Worker, cluster: Record, fetch_history: Callable[[Record], Awaitable[list[Record]]]):
+    def __init__(self, worker: ServedWorker, cluster: Record,
+                 fetch_history: Callable[[Record], Awaitable[list[Record]]]):
         self.worker = worker
         self.bootstrap = cluster["kafka_bootstrap"]
         self.prefix = cluster["topic_prefix"]
@@ -157,28 +113,17 @@ class KafkaWorkerLoop:
 
     # -- set-up ---------------------------------------------------------------------------------------------------
 
-    def _ensure_topics(self, replication_factor: int) -> None:
-        """Task topics are created on first use, by the processor or by the first worker, whichever comes first."""
-        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": log}
-        admin = AdminClient(config)
-        specs = [task_topic_spec(self.prefix, self.worker.task_queue, kind, replication_factor) for kind in TaskKind]
-        present = admin.list_topics(timeout=30).topics
-        missing = [NewTopic(s.name, s.partitions, replication_factor, config=s.configs) for s in specs
-                   if s.name not in present]
-        if missing:
-            for future in admin.create_topics(missing, request_timeout=30).values():
-                try:
-                    future.result(30)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
-
     async def run(self, stopping: asyncio.Event, replication_factor: int) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._ensure_topics, replication_factor)
+        # Task topics are created on first use, by the processor or by the first worker, whichever comes first.
+        task_topics = TaskTopics(self.bootstrap, self.prefix, replication_factor)
+        await loop.run_in_executor(None, task_topics.ensure_queue, self.worker.task_queue)
         self.producer = Producer({"bootstrap.servers": self.bootstrap, "logger": log, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 2, "message.max.bytes": MAX_RECORD_BYTES})
-        self.replies = Replies(self.bootstrap, self.replies_topic, random.randrange(self.reply_partitions), loop)
+        self.reply_partition = random.randrange(self.reply_partitions)  # the partition our answers come back on
+        self.replies = ReplyReader(self.bootstrap, self.replies_topic, [self.reply_partition],
+                                   f"ostinato-worker-{self.worker.task_queue}")
+        await loop.run_in_executor(None, self.replies.start)
         settings: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "logger": log,
             "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
@@ -249,12 +194,12 @@ class KafkaWorkerLoop:
             self.offsets.done(*where)
             return
         try:
-            if name.endswith("WorkflowTask"):
+            if name == wire.WORKFLOW_TASK:
                 if await self._workflow_task(task, lambda: self.offsets.done(*where)):
                     return  # done when Kafka acknowledges the completion
-            elif name.endswith("QueryTask"):
+            elif name == wire.QUERY_TASK:
                 await self._query(task)
-            elif name.endswith("ActivityTask"):
+            elif name == wire.ACTIVITY_TASK:
                 await self._activity_task(task)
             else:
                 log.error("skipping a %s on %s", name, msg.topic())
@@ -308,9 +253,9 @@ class KafkaWorkerLoop:
             log.warning("cannot answer query %s: %s", task["query_type"], exc)
             return
         result, failure = handler.query(task, lambda: history)
-        reply = {"request_id": task["request_id"], "namespace": task["namespace"], "workflow_id": task["workflow_id"],
-                 "body": ("ostinato.reply.QueryResult", {"result": result, "failure": failure})}
-        self.producer.produce(self.replies_topic, codec.encode("ostinato.reply.Reply", reply),
+        reply = wire.reply(task["request_id"], task["namespace"], task["workflow_id"],
+                           (wire.QUERY_RESULT, {"result": result, "failure": failure}))
+        self.producer.produce(self.replies_topic, codec.encode(wire.REPLY, reply),
                               task["request_id"].encode(), partition=task["reply_partition"])
         self.producer.poll(0)
 
@@ -322,7 +267,7 @@ class KafkaWorkerLoop:
                 "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
         finally:
             self.starting -= 1
-        if started is None or not started["body"][0].endswith("Accepted"):
+        if started is None or started["body"][0] != wire.ACCEPTED:
             return  # stale (timed out, cancelled, or already started elsewhere)
         job = asyncio.ensure_future(self._run_activity(task))
         self.running.add(job)
@@ -337,28 +282,24 @@ class KafkaWorkerLoop:
                 "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "details": details})
             if reply is None:
                 return False  # no answer in time: keep going, the next heartbeat asks again
-            return not reply["body"][0].endswith("Accepted") or bool(reply["body"][1]["cancel_requested"])
+            return reply["body"][0] != wire.ACCEPTED or bool(reply["body"][1]["cancel_requested"])
 
         name, body = await executor.execute(task, heartbeat)
         self._send(task, name, body)
 
     # -- talking to the engine ------------------------------------------------------------------------------------
 
-    def _envelope(self, task: Record, name: str, body: Record, reply_partition: int | None,
-                  request_id: str) -> Record:
-        return {"namespace": task["namespace"], "workflow_id": task["workflow_id"], "run_id": task["run_id"],
-                "request_id": request_id, "identity": self.worker.identity, "time_ms": time.time_ns() // 1_000_000,
-                "reply_partition": reply_partition, "body": (name if "." in name else C + name, body)}
-
     def _send(self, task: Record, name: str, body: Record, reply_partition: int | None = None,
               request_id: str | None = None, on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
               ) -> None:
-        command = self._envelope(task, name, body, reply_partition, request_id or uuid.uuid4().hex)
+        command = wire.command(task["namespace"], task["workflow_id"], (name, body), run_id=task["run_id"],
+                               request_id=request_id or uuid.uuid4().hex, identity=self.worker.identity,
+                               time_ms=time.time_ns() // 1_000_000, reply_partition=reply_partition)
         key = workflow_key(task["namespace"], task["workflow_id"])
         extra: dict[str, Any] = {} if on_delivery is None else {"on_delivery": on_delivery}
         while True:
             try:
-                self.producer.produce(self.commands_topic, codec.encode("ostinato.command.Command", command),
+                self.producer.produce(self.commands_topic, codec.encode(wire.COMMAND, command),
                                       key.encode(), partition=partition_for(key, self.shards), **extra)
                 break
             except BufferError:
@@ -368,15 +309,22 @@ class KafkaWorkerLoop:
     async def request(self, task: Record, name: str, body: Record) -> Record | None:
         """Send a command and wait for the engine's reply (None if none comes in time)."""
         request_id = uuid.uuid4().hex
-        future = self.replies.expect(request_id)
-        self._send(task, name, body, self.replies.partition, request_id)
+        future = self.replies.expect(request_id)  # before producing: the reply may be back before produce returns
         try:
-            return await asyncio.wait_for(future, REPLY_TIMEOUT_S)
+            self._send(task, name, body, self.reply_partition, request_id)
+            answer = await asyncio.wait_for(future, REPLY_TIMEOUT_S)
         except TimeoutError:
-            self.replies.forget(request_id)
             log.warning("no reply to %s for %s/%s in %.0fs", name, task["workflow_id"], task["run_id"],
                         REPLY_TIMEOUT_S)
             return None
+        finally:
+            self.replies.forget(request_id, future)
+        try:
+            _, reply = codec.decode(answer)
+        except codec.DecodeError as exc:
+            log.warning("unreadable reply for %s: %s", request_id, exc)
+            return None
+        return reply
 
     def _backpressure(self) -> None:
         full = len(self.running) + self.starting >= self.worker.max_concurrent_activities

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ostinato.schemas.wire import command_type
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import WorkflowDefinition, definition_of
 from ostinato.sdk._instance import WorkflowInstance
@@ -16,7 +17,6 @@ from ostinato.sdk.data import DataConverter
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
-C = "ostinato.command."
 log = logging.getLogger("ostinato.worker")
 
 
@@ -63,7 +63,7 @@ class WorkflowTaskHandler:
             self.cache.move_to_end(task["run_id"])
             while len(self.cache) > self.max_cached:
                 self.cache.popitem(last=False)
-        return (C + "RespondWorkflowTaskCompleted", {
+        return (command_type("RespondWorkflowTaskCompleted"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
             "commands": outcome.commands, "force_create_new_task": False, "sdk_flags": [], "build_id": ""})
 
@@ -100,6 +100,6 @@ class WorkflowTaskHandler:
         self.cache.pop(run_id, None)
 
     def _failed(self, task: Record, error: BaseException, cause: str) -> Command:
-        return (C + "RespondWorkflowTaskFailed", {
+        return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
             "failure": self.converter.encode_failure(error), "build_id": ""})

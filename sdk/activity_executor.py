@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ostinato.schemas.wire import command_type
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk.activity import ActivityContext, ActivityDefinition, ActivityInfo, definition_of, set_context
 from ostinato.sdk.data import DEFAULT, DataConverter
@@ -21,9 +22,9 @@ Record = dict[str, Any]
 Answer = tuple[str, Record]  # (full command record name, body)
 HeartbeatSender = Callable[[Record, list[Record]], Awaitable[bool]]
 
-COMPLETED = "ostinato.command.RespondActivityTaskCompleted"
-FAILED = "ostinato.command.RespondActivityTaskFailed"
-CANCELED = "ostinato.command.RespondActivityTaskCanceled"
+COMPLETED = command_type("RespondActivityTaskCompleted")
+FAILED = command_type("RespondActivityTaskFailed")
+CANCELED = command_type("RespondActivityTaskCanceled")
 HEARTBEAT_FRACTION = 0.8  # of the heartbeat timeout: a heartbeat goes out well before the engine gives up
 DEFAULT_HEARTBEAT_INTERVAL = 30.0  # seconds, when the activity has no heartbeat timeout
 

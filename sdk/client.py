@@ -1,6 +1,6 @@
 """The client (`from ostinato.client import Client`): start workflows, signal, query, cancel, terminate, describe
-and wait for results. It talks to a `WorkflowService`: the HTTP API of a server, or the in-memory engine of
-`WorkflowEnvironment`, so tests and production code use the same calls."""
+and wait for results. It talks to a `ClientTransport` (also exported as `WorkflowService`): the HTTP API of a
+server, or the in-memory engine of `WorkflowEnvironment`, so tests and production code use the same calls."""
 
 from __future__ import annotations
 
@@ -8,39 +8,19 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
+from ostinato.schemas.wire import REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
+from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.common import RetryPolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 
 __all__ = ["Client", "WorkflowExecution", "WorkflowExecutionDescription", "WorkflowHandle", "WorkflowService"]
 
 Record = dict[str, Any]
-Body = tuple[str, Record]
-CLOSING_EVENTS = frozenset({"WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
-                            "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT",
-                            "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"})  # what ends a run; `result()` waits for one
-C = "ostinato.command."
-
-
-class WorkflowService(Protocol):
-    """What a client needs from the engine. Replies are `ostinato.reply.Reply` bodies: (type name, record)."""
-
-    async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
-                   identity: str) -> Body: ...
-
-    async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
-                    timeout: timedelta) -> Body: ...
-
-    async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None: ...
-
-    async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]: ...
-
-    async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
-        """The closing event of the run (waits for it)."""
-        ...
+WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
 
 
 @dataclass(frozen=True)
@@ -77,7 +57,7 @@ class WorkflowExecutionDescription:
 
 
 class Client:
-    def __init__(self, service: WorkflowService, *, namespace: str = "default",
+    def __init__(self, service: ClientTransport, *, namespace: str = "default",
                  data_converter: DataConverter = DEFAULT, identity: str = "") -> None:
         self.service = service
         self.namespace = namespace
@@ -112,10 +92,10 @@ class Client:
             "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
             "header": {}, "parent": None,
         }
-        reply = await self.service.send(self.namespace, id, "", (C + "StartWorkflowExecution", body),
+        reply = await self.service.send(self.namespace, id, "", (command_type("StartWorkflowExecution"), body),
                                         request_id or uuid.uuid4().hex, self.identity)
         name_, record = reply
-        if name_.endswith("Rejected"):
+        if name_ == REJECTED:
             if record["code"] == "ALREADY_STARTED":
                 raise exc.WorkflowAlreadyStartedError(id, name, str(record["existing_run_id"]))
             raise exc.RPCError(record["message"], code=record["code"])
@@ -133,22 +113,16 @@ class Client:
     async def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
         """Runs matching a visibility query (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`), page by
         page. Visibility trails the engine by a moment: a run just started may not be listed yet."""
-        list_page = getattr(self.service, "list_page", None)
-        if list_page is None:
-            raise exc.RPCError(f"{type(self.service).__name__} has no visibility store (list needs a server)")
         token = ""
         while True:
-            rows, token = await list_page(self.namespace, query, page_size, token)
+            rows, token = await self.service.list_page(self.namespace, query, page_size, token)
             for row in rows:
                 yield WorkflowExecution.from_row(row)
             if not token:
                 return
 
     async def count_workflows(self, query: str = "") -> int:
-        count = getattr(self.service, "count", None)
-        if count is None:
-            raise exc.RPCError(f"{type(self.service).__name__} has no visibility store (count needs a server)")
-        return int(await count(self.namespace, query))
+        return int(await self.service.count(self.namespace, query))
 
 
 class WorkflowHandle:
@@ -201,7 +175,7 @@ class WorkflowHandle:
         converter = self.client.data_converter
         reply_type, record = await self.client.service.query(
             self.client.namespace, self.id, self.run_id, name, converter.encode(args), timeout)
-        if reply_type.endswith("Rejected"):
+        if reply_type == REJECTED:
             raise exc.QueryRejectedError(record["message"])
         if record.get("failure"):
             raise exc.QueryRejectedError(converter.decode_failure(record["failure"]).message)
@@ -227,9 +201,9 @@ class WorkflowHandle:
 
     async def _send(self, name: str, body: Record) -> None:
         reply_type, record = await self.client.service.send(self.client.namespace, self.id, self.run_id,
-                                                            (C + name, body), uuid.uuid4().hex,
+                                                            (command_type(name), body), uuid.uuid4().hex,
                                                             self.client.identity)
-        if reply_type.endswith("Rejected"):
+        if reply_type == REJECTED:
             raise exc.RPCError(record["message"], code=record["code"],
                                status=404 if record["code"] == "NOT_FOUND" else 400)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ostinato.schemas.payloads import Payload, PayloadLimits
 from ostinato.sdk import exceptions as exc
+from ostinato.sdk._context import outside_workflow
 from ostinato.sdk.blobstore import DEFAULT_LIMITS, BlobStore, offload_all, resolve_all
 from ostinato.sdk.codecs import PayloadCodec
 from ostinato.sdk.converter import DefaultPayloadConverter, PayloadConverter
@@ -30,8 +31,6 @@ def from_record(record: Record) -> Payload:
 
 def _unguarded() -> contextlib.AbstractContextManager[None]:
     """The blob store's network I/O may run on a workflow's thread (a large input decoded at activation)."""
-    from ostinato.sdk._instance import outside_workflow  # _instance imports this module
-
     return outside_workflow()
 
 

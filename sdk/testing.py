@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ostinato.schemas import wire
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk.client import CLOSING_EVENTS, Body, Client
+from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, ServedWorker, WorkerTransport
+from ostinato.sdk.client import Client
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.engine import InMemoryEngine
-
-if TYPE_CHECKING:
-    from ostinato.sdk.worker import Worker
 
 __all__ = ["EngineService", "WorkflowEnvironment"]
 
@@ -28,20 +27,26 @@ Record = dict[str, Any]
 IDLE_S = 0.001
 
 
-class EngineService:
-    """The client's and the worker's view of an in-memory engine. `busy` counts tasks a worker holds: time only
-    skips when it is zero and nothing is queued."""
+class EngineService(ClientTransport):
+    """The client's view of an in-memory engine; `worker_transport()` serves its workers. `busy` counts the
+    activities they run: time only skips when it is zero and nothing is queued."""
 
     def __init__(self, engine: InMemoryEngine, *, time_skipping: bool = True) -> None:
         self.engine = engine
         self.time_skipping = time_skipping
-        self.busy = 0
+        self.workers = EngineWorkers(engine)
+
+    @property
+    def busy(self) -> int:
+        return self.workers.busy
+
+    def worker_transport(self) -> WorkerTransport:
+        return self.workers
 
     async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
                    identity: str) -> Body:
-        self.engine.submit({"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
-                            "request_id": request_id, "identity": identity, "time_ms": self.engine.clock.now_ms,
-                            "reply_partition": 0, "body": body})
+        self.engine.submit(wire.command(namespace, workflow_id, body, run_id=run_id, request_id=request_id,
+                                        identity=identity, time_ms=self.engine.clock.now_ms, reply_partition=0))
         self.engine.run_until_idle()
         reply = self.engine.reply(request_id)
         if reply is None:
@@ -81,7 +86,15 @@ class EngineService:
                 self.engine.skip_time_until_idle()
             await asyncio.sleep(IDLE_S)
 
-    async def run_worker(self, worker: Worker, stopping: asyncio.Event) -> None:
+
+class EngineWorkers(WorkerTransport):
+    """Workers served from an in-memory engine's task queues. `busy` counts the activities they run."""
+
+    def __init__(self, engine: InMemoryEngine) -> None:
+        self.engine = engine
+        self.busy = 0
+
+    async def run_worker(self, worker: ServedWorker, stopping: asyncio.Event) -> None:
         """Poll the engine's task queues for `worker` until `stopping` is set and its activities are done."""
         engine, queue = self.engine, worker.task_queue
         running: set[asyncio.Task[None]] = set()
@@ -94,7 +107,7 @@ class EngineService:
                 if worker.activity_executor is not None and (activity := engine.poll_activity_task(queue)) is not None:
                     progressed = True
                     reply = engine.start_activity(activity, identity=worker.identity)
-                    if reply is not None and reply["body"][0].endswith("Accepted"):
+                    if reply is not None and reply["body"][0] == wire.ACCEPTED:
                         self.busy += 1
                         job = asyncio.ensure_future(self._activity(worker, activity))
                         running.add(job)
@@ -108,27 +121,27 @@ class EngineService:
                 worker.activity_executor.cancel_all()
             await asyncio.gather(*running, return_exceptions=True)
 
-    def _workflow_task(self, worker: Worker, name: str, task: Record) -> None:
+    def _workflow_task(self, worker: ServedWorker, name: str, task: Record) -> None:
         assert worker.workflow_handler is not None
         engine = self.engine
 
         def history() -> list[Record]:
             return engine.history(task["namespace"], task["workflow_id"], task["run_id"])
 
-        if name.endswith("QueryTask"):
+        if name == wire.QUERY_TASK:
             result, failure = worker.workflow_handler.query(task, history)
             engine.answer_query(task, result, failure)
             return
         command, body = worker.workflow_handler.handle(task, history)
         engine.respond(task, command, body, worker.identity)
 
-    async def _activity(self, worker: Worker, task: Record) -> None:
+    async def _activity(self, worker: ServedWorker, task: Record) -> None:
         assert worker.activity_executor is not None
         engine = self.engine
 
         async def heartbeat(task: Record, details: list[Record]) -> bool:
             reply = engine.heartbeat(task, details, identity=worker.identity)
-            if reply is None or not reply["body"][0].endswith("Accepted"):
+            if reply is None or reply["body"][0] != wire.ACCEPTED:
                 return True  # the attempt is over (timed out, completed elsewhere): stop it
             return bool(reply["body"][1]["cancel_requested"])
 

@@ -1,7 +1,8 @@
 """The worker (`from ostinato.worker import Worker`): runs a task queue's workflows and activities.
 
-It is transport-agnostic: the client's service polls the tasks (Kafka task topics for a server, the in-memory
-engine in `WorkflowEnvironment`) and hands them to the workflow task handler and the activity executor here.
+It is transport-agnostic: the client's service names the worker transport that polls the tasks (Kafka task topics
+for a server, the in-memory engine in `WorkflowEnvironment`) and hands them to the workflow task handler and the
+activity executor here.
 """
 
 from __future__ import annotations
@@ -53,11 +54,9 @@ class Worker:
 
     async def run(self) -> None:
         """Serve until `shutdown()` (or cancellation)."""
-        run_worker = getattr(self.client.service, "run_worker", None)
-        if run_worker is None:
-            raise TypeError(f"{type(self.client.service).__name__} cannot run workers")
+        transport = self.client.service.worker_transport()
         try:
-            await run_worker(self, self._stopping)
+            await transport.run_worker(self, self._stopping)
         finally:
             if self.activity_executor is not None:
                 await self.activity_executor.shutdown()

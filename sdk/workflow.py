@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar, overload
 
+from ostinato.sdk import _context
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import _instance as runtime
 from ostinato.sdk import exceptions as exc
@@ -149,7 +150,7 @@ def uuid4() -> uuid.UUID:
 
 
 def in_workflow() -> bool:
-    return runtime.in_workflow()
+    return _context.in_workflow()
 
 
 def history_length() -> int:
@@ -165,10 +166,10 @@ class _ReplayAwareLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """Logs once: not again while replaying history, with the workflow id and run id in each line."""
 
     def isEnabledFor(self, level: int) -> bool:
-        return not (runtime.in_workflow() and runtime.current().replaying) and self.logger.isEnabledFor(level)
+        return not (_context.in_workflow() and runtime.current().replaying) and self.logger.isEnabledFor(level)
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        if runtime.in_workflow():
+        if _context.in_workflow():
             i = runtime.current()
             msg = f"{msg} [workflow {i.workflow_id} run {i.run_id}]"
         return msg, kwargs

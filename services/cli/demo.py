@@ -73,9 +73,7 @@ async def _run(opts: DevOptions, say: Callable[[str], None]) -> WorkflowHandle:
                 await _retry(lambda h=handle, t=tracking: h.signal(demo_orders.OrderFulfilment.shipped, t))
         say("The warehouse shipped four orders; waiting for every order to finish")
         results = [await _retry(handle.result) for handle in handles]
-    close = getattr(client.service, "close", None)
-    if close is not None:
-        await close()
+    await client.service.close()
     table = Table("order", "outcome", title="every order finished")
     for result in results:
         table.add_row(result["order"], result["outcome"])

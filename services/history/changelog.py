@@ -1,4 +1,5 @@
-"""How changelog records become store content: shared by live processing (after commit) and restore.
+"""How changelog records become store content on restore, and the key layout of the derived families, which live
+processing (`shard.py`) writes from the core's actions and restore rebuilds from the records.
 
 The state and history topics are the source of truth; a shard's store is their materialisation plus two derived
 families: the timer index (from state) and per-run history sizes (from history). Applying the same record twice

@@ -2,7 +2,7 @@
 
 Writing an event applies it (`streams.writer`), and replay applies the same functions to recorded events, so
 live state and rebuilt state cannot drift. Appliers never read the clock, configuration or I/O: only the state
-and the event. A shipped applier is frozen (`tests/unit/test_applier_golden.py` holds its hash); changing what an
+and the event. A shipped applier is frozen (`tests/unit/core/test_applier_golden.py` holds its hash); changing what an
 event does means registering version n+1 and writing new events with it, while old histories keep replaying
 through version n.
 """

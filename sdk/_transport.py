@@ -1,0 +1,98 @@
+"""The SDK's transports as interfaces: `ClientTransport`, what a `Client` needs of the engine, and `WorkerTransport`,
+what serves a `Worker` its tasks. A server's HTTP API (`_http.HttpService`, whose workers read Kafka) and the
+in-memory engine of `WorkflowEnvironment` (`testing.EngineService`) implement both."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from datetime import timedelta
+from typing import Any, Protocol
+
+from ostinato.sdk import exceptions as exc
+from ostinato.sdk._workflow_worker import WorkflowTaskHandler
+from ostinato.sdk.activity_executor import ActivityExecutor
+
+__all__ = ["CLOSING_EVENTS", "Body", "ClientTransport", "ServedWorker", "WorkerTransport"]
+
+Record = dict[str, Any]
+Body = tuple[str, Record]  # a record's full type name and the record: a command body, or a reply body
+CLOSING_EVENTS = frozenset({"WORKFLOW_EXECUTION_COMPLETED", "WORKFLOW_EXECUTION_FAILED", "WORKFLOW_EXECUTION_CANCELED",
+                            "WORKFLOW_EXECUTION_TERMINATED", "WORKFLOW_EXECUTION_TIMED_OUT",
+                            "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"})  # what ends a run; `result()` waits for one
+
+
+class ClientTransport(ABC):
+    """What a client needs from the engine. Replies are `ostinato.reply.Reply` bodies: (type name, record).
+
+    `send`, `query`, `describe`, `history` and `wait_closed` are required; listing and counting need a visibility
+    store and running workers needs task queues, so their defaults raise a clear error for transports without
+    them."""
+
+    @abstractmethod
+    async def send(self, namespace: str, workflow_id: str, run_id: str, body: Body, request_id: str,
+                   identity: str) -> Body:
+        """Send a command (`body` named in full) and return the answer: WorkflowStarted, Accepted or Rejected."""
+
+    @abstractmethod
+    async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
+                    timeout: timedelta) -> Body:
+        """Ask a worker `query_type` of the run; QueryResult or Rejected. RPCError when no answer comes in time."""
+
+    @abstractmethod
+    async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None:
+        """The run's `ostinato.state.MutableState` ("" for the current run), None when there is no such run."""
+
+    @abstractmethod
+    async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]:
+        """Every event of the run so far (empty when there is no such run)."""
+
+    @abstractmethod
+    async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
+        """The closing event of the run (waits for it)."""
+
+    async def list_page(self, namespace: str, query: str, page_size: int, token: str) -> tuple[list[Record], str]:
+        """A page of the visibility store's runs matching `query`, and the next page's token ("" at the end).
+
+        Raises:
+            RPCError: by default: the transport has no visibility store.
+        """
+        raise exc.RPCError(f"{type(self).__name__} has no visibility store (list needs a server)")
+
+    async def count(self, namespace: str, query: str) -> int:
+        """How many runs match `query` in the visibility store.
+
+        Raises:
+            RPCError: by default: the transport has no visibility store.
+        """
+        raise exc.RPCError(f"{type(self).__name__} has no visibility store (count needs a server)")
+
+    def worker_transport(self) -> WorkerTransport:
+        """What serves the tasks of this client's workers.
+
+        Raises:
+            TypeError: by default: the transport cannot run workers.
+        """
+        raise TypeError(f"{type(self).__name__} cannot run workers")
+
+    async def close(self) -> None:  # noqa: B027  # an optional capability: nothing to release by default
+        """Release the transport's connections; by default there are none."""
+
+
+class ServedWorker(Protocol):
+    """What a worker transport needs of the worker it serves (`Worker` is one)."""
+
+    task_queue: str
+    identity: str
+    max_concurrent_activities: int
+    workflow_handler: WorkflowTaskHandler | None
+    activity_executor: ActivityExecutor | None
+
+
+class WorkerTransport(ABC):
+    """Hands a worker its task queue's tasks and delivers their answers to the engine."""
+
+    @abstractmethod
+    async def run_worker(self, worker: ServedWorker, stopping: asyncio.Event) -> None:
+        """Serve `worker` until `stopping` is set; return once the tasks in hand are answered and its running
+        activities were asked to stop (each answers a retryable WorkerShutdown failure) and have answered."""
