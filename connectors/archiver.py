@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ostinato.connectors.archive import ArchivedRun, ArchiveError, S3Archive
+from ostinato.kafka.clients import base_config
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 
@@ -58,12 +59,12 @@ class Archiver:
         self.poll_timeout_s = poll_timeout_s
         self.group_id = group_id or f"{prefix}-archiver"
         self._consumer_config = {
-            "bootstrap.servers": bootstrap, "group.id": self.group_id, "client.id": "ostinato-archiver",
+            **base_config(bootstrap, "ostinato-archiver"), "group.id": self.group_id,
             "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky", "logger": log,
         }
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                                   "client.id": "ostinato-archiver", "logger": log})
+        self._producer = Producer({**base_config(bootstrap, "ostinato-archiver"), "enable.idempotence": True,
+                                   "linger.ms": 5, "logger": log})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.archived = 0

@@ -27,6 +27,7 @@ from opensearchpy.exceptions import NotFoundError, TransportError
 from ostinato.connectors import opensearch_query as osq
 from ostinato.connectors.query import Query, SearchAttributeType, parse
 from ostinato.connectors.visibility_sqlite import MAX_PAGE_SIZE, make_page_token, read_page_token
+from ostinato.kafka.clients import base_config
 from ostinato.schemas import wire
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import split_key
@@ -279,8 +280,8 @@ class OpenSearchVisibilityFeeder:
         self.topic = f"{prefix}.visibility"
         self.store = store
         self.group_id = group_id or f"{prefix}-visibility-opensearch"
-        self._common = {"bootstrap.servers": bootstrap, "group.id": self.group_id, "enable.auto.commit": False,
-                        "isolation.level": "read_committed", "logger": log}
+        self._common = {**base_config(bootstrap, "ostinato-visibility-opensearch"), "group.id": self.group_id,
+                        "enable.auto.commit": False, "isolation.level": "read_committed", "logger": log}
         self._batch_size = batch_size
         self._poll_timeout = poll_timeout
         self._max_backoff = max_backoff
@@ -342,7 +343,7 @@ class OpenSearchVisibilityFeeder:
         self.store.rebuild()
         lows = {p: self._probe_call(lambda c, p=p: c.get_watermark_offsets(  # type: ignore[misc]
             TopicPartition(self.topic, p), timeout=timeout, cached=False)[0]) for p in self._known_partitions(timeout)}
-        admin = AdminClient({"bootstrap.servers": self._common["bootstrap.servers"]})
+        admin = AdminClient(base_config(self._common["bootstrap.servers"], "ostinato-visibility-opensearch-admin"))
         request = ConsumerGroupTopicPartitions(self.group_id,
                                                [TopicPartition(self.topic, p, o) for p, o in lows.items()])
         for future in admin.alter_consumer_group_offsets([request], request_timeout=timeout).values():
@@ -529,8 +530,9 @@ def reindex(bootstrap: str, prefix: str, store: OpenSearchVisibilityStore, *, ba
     read. Running feeders may go on meanwhile: every write is versioned, so whichever of a replayed record and a
     live one lands last, the newer version stays. `progress(done, total)` is called after each batch."""
     topic = f"{prefix}.visibility"
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-visibility-reindex",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "logger": log})
+    consumer = Consumer({**base_config(bootstrap, "ostinato-visibility-reindex"),
+                         "group.id": f"{prefix}-visibility-reindex", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "logger": log})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:

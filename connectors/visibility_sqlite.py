@@ -31,6 +31,7 @@ from ostinato.connectors.query import (
     index_values,
     parse,
 )
+from ostinato.kafka.clients import base_config, reader_group
 from ostinato.schemas import wire
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import split_key
@@ -424,12 +425,12 @@ class SqliteVisibilityFeeder:
     """
 
     def __init__(self, bootstrap: str, prefix: str, store: SqliteVisibilityStore, *,
-                 client_id: str = "ostinato-visibility-sqlite", batch_size: int = 500, poll_timeout: float = 0.2,
-                 ) -> None:
+                 client_id: str = "", batch_size: int = 500, poll_timeout: float = 0.2) -> None:
         self.topic = f"{prefix}.visibility"
         self.store = store
+        client_id = client_id or f"{prefix}-visibility-sqlite"
         self._config = {
-            "bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"{client_id}-unused",
+            **base_config(bootstrap, client_id), "group.id": reader_group(client_id),
             "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
             "logger": log,
         }

@@ -2,6 +2,14 @@
 
 A cluster lives in a home directory (`cluster.json`, one `node-<id>/` per node with its properties, data, log
 and pid file), so another process can find, inspect and stop it. Nothing here needs Docker.
+
+With `sasl=True` the client listener speaks SASL_PLAINTEXT instead of PLAINTEXT (SCRAM-SHA-512 and SCRAM-SHA-256),
+with ACLs enforced (`StandardAuthorizer`, nothing allowed without an ACL) and one super user, `admin`, whose random
+password and client settings are in `<home>/admin.properties` (mode 0600; `--kafka-config` takes the file as it
+is). Its SCRAM credential is written into the metadata when the storage is formatted, so it works from the first
+start; brokers talk to each other as `admin` over SCRAM, and to the controllers over SASL PLAIN (KRaft controllers
+cannot check SCRAM: the credentials live in the metadata they serve). Other users and ACLs are made through the
+Admin API as `admin` (`ostinato acl user-set`, `ostinato acl grant`).
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,6 +37,9 @@ from ostinato.infra.errors import InfraError
 from ostinato.infra.maven import fetch_classpath
 
 _MAIN = "kafka.Kafka"
+ADMIN_USER = "admin"  # the super user of a SASL cluster
+_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _JAVA_HINT = "Install a JDK 17+ (Debian: `apt-get install -y openjdk-17-jdk-headless`) or set JAVA_HOME."
 
 
@@ -99,13 +111,14 @@ class Layout:
     cluster_id: str
     version: str
     extra_config: dict[str, str] = field(default_factory=dict)
+    sasl: bool = False  # SASL_PLAINTEXT (SCRAM) with ACLs instead of PLAINTEXT; the admin's password is not here
 
     @classmethod
     def load(cls, path: Path) -> Layout:
         raw = json.loads(path.read_text())
         return cls(
             nodes=[Node(**n) for n in raw["nodes"]], cluster_id=raw["cluster_id"], version=raw["version"],
-            extra_config=raw.get("extra_config", {}),
+            extra_config=raw.get("extra_config", {}), sasl=raw.get("sasl", False),
         )
 
     def save(self, path: Path) -> None:
@@ -127,7 +140,8 @@ class KafkaCluster:
     """A local KRaft cluster of combined broker+controller nodes under `home`.
 
     `port=None` picks free ports (tests); otherwise node i listens on `port + i` and its controller on
-    `controller_port + i` (default `port + 1` for one node, `port + 100` for several).
+    `controller_port + i` (default `port + 1` for one node, `port + 100` for several). `sasl` (fixed when the
+    storage is formatted; None: as recorded, else PLAINTEXT) puts SCRAM and ACLs on the client listener.
     """
 
     def __init__(
@@ -138,6 +152,7 @@ class KafkaCluster:
         controller_port: int | None = None,
         version: str | None = None,
         extra_config: Mapping[str, str] | None = None,
+        sasl: bool | None = None,
     ) -> None:
         self.home = Path(home)
         layout_file = self.home / "cluster.json"
@@ -148,6 +163,11 @@ class KafkaCluster:
                     f"{self.home} holds a {len(self.layout.nodes)}-node cluster, not {nodes}; "
                     "use another directory or wipe this one."
                 )
+            if sasl is not None and sasl != self.layout.sasl:
+                raise InfraError(
+                    f"{self.home} holds a cluster {'with' if self.layout.sasl else 'without'} SASL; its storage was "
+                    "formatted that way: use another directory or wipe this one."
+                )
             if port is not None and self.layout.nodes[0].port != port and not self._any_alive():
                 self.layout.nodes = self._plan_nodes(nodes, port, controller_port)
             if extra_config:
@@ -155,7 +175,7 @@ class KafkaCluster:
         else:
             self.layout = Layout(
                 nodes=self._plan_nodes(nodes, port, controller_port), cluster_id=new_cluster_id(),
-                version=version or kafka_version(), extra_config=dict(extra_config or {}),
+                version=version or kafka_version(), extra_config=dict(extra_config or {}), sasl=bool(sasl),
             )
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # nodes this object started (exit is then certain)
 
@@ -182,6 +202,32 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.layout.nodes)
+
+    @property
+    def admin_properties(self) -> Path:
+        """The super user's client settings of a SASL cluster (librdkafka names; `--kafka-config` reads them)."""
+        return self.home / "admin.properties"
+
+    def admin_security(self) -> dict[str, str]:
+        """librdkafka security settings of the super user (empty for a PLAINTEXT cluster), its password made on
+        first use."""
+        if not self.layout.sasl:
+            return {}
+        path = self.admin_properties
+        if not path.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            body = (f"# The super user of the SASL cluster under {self.home}; keep this file private.\n"
+                    "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                    f"sasl.username={ADMIN_USER}\nsasl.password={secrets.token_urlsafe(24)}\n")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(body)
+        settings = {}
+        for line in path.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and not name.startswith("#"):
+                settings[name.strip()] = value.strip()
+        return settings
 
     def node_dir(self, node_id: int) -> Path:
         return self.home / f"node-{node_id}"
@@ -233,15 +279,47 @@ class KafkaCluster:
             # Topics are created deliberately (cluster init, task queues on first use), never by a typo.
             "auto.create.topics.enable": "false",
             "group.initial.rebalance.delay.ms": "0",
+            # A crashed or frozen producer's open transaction holds back every read_committed reader of the
+            # partitions it touched until the coordinator aborts it: check for expired transactions every 500 ms
+            # (Kafka's default is 10 s), so the bound is the producer's transaction.timeout.ms (the processor's
+            # is 2 s) plus half a second. docs/reliability.md says the same to operators.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+            # Let group members ask for short sessions (Kafka's floor is 6 s): the processor takes the broker's
+            # minimum but at least 3 s, so a crashed server's shards move, and a restarted one rejoins, sooner.
+            "group.min.session.timeout.ms": "1000",
         }
+        if self.layout.sasl:
+            props.update(self._sasl_properties(node))
         props.update(self.layout.extra_config)
         return props
+
+    def _sasl_properties(self, node: Node) -> dict[str, str]:
+        password = self.admin_security()["sasl.password"]
+        scram_client = f'{_SCRAM} required username="{ADMIN_USER}" password="{password}";'
+        plain = f'{_PLAIN} required username="{ADMIN_USER}" password="{password}" user_{ADMIN_USER}="{password}";'
+        return {
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{node.port}",
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram_client,
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": f"{_SCRAM} required;",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{ADMIN_USER}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
 
     def _write_properties(self, node: Node) -> None:
         path = self._props_file(node.node_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         body = "".join(f"{k}={v}\n" for k, v in self.properties(node).items())
         path.write_text("# Written by ostinato.infra.kafka; regenerated at every start.\n" + body)
+        path.chmod(0o600)  # a SASL cluster's file holds the admin's password
 
     def _jvm(self, java: str, libs: Path, heap: str) -> list[str]:
         opts = os.environ.get("OSTINATO_KAFKA_JVM_OPTS", "").split()
@@ -279,6 +357,9 @@ class KafkaCluster:
             argv = [*self._jvm(java, libs, "-Xmx256m"), "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
                     "kafka.tools.StorageTool", "format", f"--cluster-id={self.layout.cluster_id}",
                     "-c", str(self._props_file(node.node_id)), "--ignore-formatted"]
+            if self.layout.sasl:  # the super user exists from the first start (its password is in no log)
+                argv += ["--add-scram", f"SCRAM-SHA-512=[name={ADMIN_USER},"
+                                        f"password={self.admin_security()['sasl.password']}]"]
             procs.append((node, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         for node, proc in procs:
             out, _ = proc.communicate(timeout=120)
@@ -330,7 +411,7 @@ class KafkaCluster:
         from confluent_kafka.admin import AdminClient  # imported late: `ostinato dev stop` need not load it
 
         want = len(self.layout.nodes) if nodes is None else nodes
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _QUIET})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.admin_security(), "logger": _QUIET})
         deadline = time.monotonic() + timeout
         while True:
             for node in self.layout.nodes:

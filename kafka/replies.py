@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -29,8 +29,10 @@ class ReplyReader:
     """One manually assigned read_committed consumer on a thread of its own; answers are the Reply bytes exactly
     as written, handed to the event loop of whoever `expect`ed them."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: Iterable[int], client_id: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: Iterable[int], client_id: str,
+                 security: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.security = security  # over the process's own Kafka security settings (kafka/clients.py)
         self.topic = topic
         self.partitions = sorted(set(partitions))
         self.client_id = client_id
@@ -43,7 +45,7 @@ class ReplyReader:
     def start(self) -> None:
         """Open the consumer at the partitions' current ends and start reading (blocking: call it off the loop)."""
         # An answer is awaited by someone: fetch again soon after an empty fetch (librdkafka's default is 500 ms).
-        consumer = reader(self.bootstrap, self.client_id, overrides={"fetch.wait.max.ms": 10})
+        consumer = reader(self.bootstrap, self.client_id, overrides={"fetch.wait.max.ms": 10}, security=self.security)
         positions = []
         for p in self.partitions:
             tp = TopicPartition(self.topic, p)

@@ -113,68 +113,158 @@ class DecodeError(ValueError):
     """Bytes that are not a record Ostinato can read: wrong magic, unknown schema or a corrupt body."""
 
 
-Checker = Callable[[Any, str], None]
+Check = Callable[[Any], None]
+_MISSING = object()
+_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
 
-def union_tag_checker(schema: Any) -> Checker | None:
-    """A check that every union of several record types in a datum is given as a `(type name, record)` tuple.
+class _Refused(Exception):
+    """A datum the codec must not write. `segments` collect its path from the inside out as the checks unwind,
+    so a path is only ever built for a datum that is refused."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.segments: list[str] = []
+
+    def message(self, root: str) -> str:
+        return f"{root}{''.join(reversed(self.segments))} {self.problem}"
+
+
+def _int_problem(v: Any, kind: str) -> str | None:
+    """Why `v` cannot be written as an Avro `kind` ("int" or "long"), or None. fastavro writes a bool or a float
+    into an int field, and an `int` field takes any value a long can hold, which Java readers refuse."""
+    low, high = _RANGES[kind]
+    if isinstance(v, bool) or not isinstance(v, int):
+        return f"is {v!r}, a {type(v).__name__} where an Avro {kind} is expected"
+    if v < low:
+        return f"is {v}, too small for an Avro {kind} (at least {low})"
+    if v > high:
+        return f"is {v}, too large for an Avro {kind} (at most {high})"
+    return None
+
+
+def _int_check(kind: str) -> Check:
+    low, high = _RANGES[kind]
+
+    def check(v: Any) -> None:
+        if v.__class__ is not int or not low <= v <= high:
+            problem = _int_problem(v, kind)
+            if problem is not None:
+                raise _Refused(problem)
+
+    return check
+
+
+def datum_checker(schema: Any) -> Check | None:
+    """A check of what fastavro would write wrongly or Java readers refuse, run before encoding: every union of
+    several record types must be given as a `(type name, record)` tuple, and every int and long must be an
+    integer (not a bool or a float) within its type's range. Raises `_Refused` with the path of the first
+    offending value. Returns None when the schema has nothing to check.
 
     fastavro guesses the branch of an untagged dict by its fields, and two commands with the same fields
-    (`{"reason": ...}` fits three of them) would be written as whichever comes first: a silent misroute. The
-    check visits only the paths that can hold such a union. Returns None when the schema has none.
+    (`{"reason": ...}` fits three of them) would be written as whichever comes first: a silent misroute. It also
+    writes 2**40 into an `int` field, and a bool or a float (truncated) into int and long fields. The check
+    visits only the paths that can hold such a value, and builds a path only for a refused datum.
     """
     defined: dict[str, Any] = {}
-    plans: dict[str, Checker | None] = {}
+    plans: dict[str, Check | None] = {}
 
-    def named(name: str) -> Checker | None:
-        return plans[name] if name in plans else plan(defined[name], name.rpartition(".")[0])
+    def named(name: str) -> Check | None:
+        if name in plans:
+            if plans[name] is None and name in building:  # a recursive reference (Failure.cause): bind late
+                return lambda v: (plans[name] or _no_check)(v)
+            return plans[name]
+        return plan(defined[name], name.rpartition(".")[0])
 
-    def plan(s: Any, ns: str) -> Checker | None:
+    building: set[str] = set()
+
+    def plan(s: Any, ns: str) -> Check | None:
         if isinstance(s, str):
+            if s in _RANGES:
+                return _int_check(s)
             if s in _PRIMITIVES:
                 return None
             return named(s if "." in s or not ns else f"{ns}.{s}")
         if isinstance(s, list):
             return _union_plan(s, ns)
         kind = s["type"]
+        if kind in _RANGES:
+            return _int_check(kind)
         if kind in ("array", "map"):
-            inner = plan(s["items" if kind == "array" else "values"], ns)
-            if inner is None:
-                return None
-            if kind == "array":
-                def each_item(v: Any, path: str) -> None:
-                    for i, x in enumerate(v):
-                        inner(x, f"{path}[{i}]")
-
-                return each_item
-
-            def each_value(v: Any, path: str) -> None:
-                for k, x in v.items():
-                    inner(x, f"{path}[{k!r}]")
-
-            return each_value
+            return _collection_plan(kind, plan(s["items" if kind == "array" else "values"], ns))
         if kind != "record":
             return None
         full = s["name"] if "." in s["name"] else f"{s.get('namespace', ns)}.{s['name']}".lstrip(".")
         defined.setdefault(full, s)
         if full in plans:
-            return plans[full]
-        plans[full] = None  # a recursive reference (Failure.cause) holds no multi-record union of its own
+            return named(full)
+        plans[full] = None
+        building.add(full)
         inner_ns = full.rpartition(".")[0]
-        fields = [(f["name"], c) for f in s["fields"] if (c := plan(f["type"], inner_ns)) is not None]
-        if not fields:
+        ints: list[tuple[str, int, int, bool]] = []  # (field, low, high, nullable): checked inline, the hot path
+        nested: list[tuple[str, Check]] = []
+        for f in s["fields"]:
+            int_type, nullable = _int_type(f["type"])
+            if int_type is not None:
+                ints.append((f["name"], *_RANGES[int_type], nullable))
+            elif (c := plan(f["type"], inner_ns)) is not None:
+                nested.append((f["name"], c))
+        building.discard(full)
+        if not ints and not nested:
             return None
+        int_fields, nested_fields = tuple(ints), tuple(nested)
 
-        def check_record(v: Any, path: str) -> None:
-            if isinstance(v, dict):
-                for name, check in fields:
-                    if name in v:
-                        check(v[name], f"{path}.{name}")
+        def check_record(v: Any) -> None:
+            if not isinstance(v, dict):
+                return  # fastavro says what is wrong with it
+            for name, low, high, nullable in int_fields:
+                x = v.get(name, _MISSING)
+                if (x.__class__ is int and low <= x <= high) or x is _MISSING or (x is None and nullable):
+                    continue
+                problem = _int_problem(x, "int" if high == _RANGES["int"][1] else "long")
+                if problem is not None:
+                    error = _Refused(problem)
+                    error.segments.append("." + name)
+                    raise error
+            for name, check in nested_fields:
+                if name in v:
+                    try:
+                        check(v[name])
+                    except _Refused as error:
+                        error.segments.append("." + name)
+                        raise
 
         plans[full] = check_record
         return check_record
 
-    def _union_plan(branches: list[Any], ns: str) -> Checker | None:
+    def _collection_plan(kind: str, inner: Check | None) -> Check | None:
+        if inner is None:
+            return None
+        if kind == "array":
+            def each_item(v: Any) -> None:
+                if isinstance(v, list | tuple):
+                    for i, x in enumerate(v):
+                        try:
+                            inner(x)
+                        except _Refused as error:
+                            error.segments.append(f"[{i}]")
+                            raise
+
+            return each_item
+
+        def each_value(v: Any) -> None:
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    try:
+                        inner(x)
+                    except _Refused as error:
+                        error.segments.append(f"[{k!r}]")
+                        raise
+
+        return each_value
+
+    def _union_plan(branches: list[Any], ns: str) -> Check | None:
         records = {}
         for b in branches:
             if isinstance(b, dict) and b.get("type") == "record":
@@ -185,27 +275,48 @@ def union_tag_checker(schema: Any) -> Checker | None:
                 full = b if "." in b or not ns else f"{ns}.{b}"
                 if full in defined and defined[full].get("type") == "record":
                     records[full] = defined[full]
-        checks = {name: plan(rec, ns) for name, rec in records.items()}
         if len(records) < 2:
-            only = next(iter(checks.values()), None)
-            return None if only is None else lambda v, path: None if v is None else only(v, path)
+            others = [b for b in branches if b != "null"]
+            only = plan(others[0], ns) if len(others) == 1 else None
+            return None if only is None else lambda v: None if v is None else only(v)
+        checks = {name: plan(rec, ns) for name, rec in records.items()}
 
-        def check_union(v: Any, path: str) -> None:
+        def check_union(v: Any) -> None:
             if v is None:
                 return
             if not (isinstance(v, tuple) and len(v) == 2 and v[0] in records):
-                raise ValueError(
-                    f"{path} is a union of record types: give it as (type name, record) with one of "
-                    f"{', '.join(sorted(records))}, not {type(v).__name__}"
-                )
+                raise _Refused(f"is a union of record types: give it as (type name, record) with one of "
+                               f"{', '.join(sorted(records))}, not {type(v).__name__}")
             check = checks[v[0]]
             if check is not None:
-                check(v[1], f"{path}<{v[0].rpartition('.')[2]}>")
+                try:
+                    check(v[1])
+                except _Refused as error:
+                    error.segments.append(f"<{v[0].rpartition('.')[2]}>")
+                    raise
 
         return check_union
 
     _collect(schema, "", defined)
     return plan(schema, "")
+
+
+def _no_check(v: Any) -> None:
+    return None
+
+
+def _int_type(t: Any) -> tuple[str | None, bool]:
+    """("int" or "long", whether null is allowed) for a field of type int, long or a union of null and one of
+    them; (None, False) for any other type."""
+    if isinstance(t, dict):
+        t = t["type"]
+    if isinstance(t, str):
+        return (t, False) if t in _RANGES else (None, False)
+    if isinstance(t, list) and len(t) == 2 and "null" in t:
+        other = t[1] if t[0] == "null" else t[0]
+        other = other["type"] if isinstance(other, dict) else other
+        return (other, True) if isinstance(other, str) and other in _RANGES else (None, False)
+    return None, False
 
 
 def _collect(s: Any, ns: str, defined: dict[str, Any]) -> None:
@@ -232,7 +343,7 @@ class SchemaInfo:
     canonical: str
     source: dict[str, Any]  # the schema as written, with docs and defaults (what `<prefix>.schemas` publishes)
     parsed: Any  # fastavro's parsed form, every named type inlined
-    check_unions: Checker | None = None
+    check: Check | None = None  # `datum_checker`: what fastavro would write wrongly
 
 
 class SchemaRegistry:
@@ -265,7 +376,7 @@ class SchemaRegistry:
     def _info(self, name: str, source: dict[str, Any]) -> SchemaInfo:
         canonical = canonical_form(source, self._named, name.rpartition(".")[0])
         parsed = parse_schema(source, named_schemas=dict(self._named), expand=True, _force=True)
-        checker = union_tag_checker(json.loads(canonical))
+        checker = datum_checker(json.loads(canonical))
         return SchemaInfo(name, fingerprint(canonical), canonical, source, parsed, checker)
 
     @property
@@ -294,16 +405,20 @@ class SchemaRegistry:
         """Encode `record` as `type_name`; a record that does not fit the schema raises ValueError.
 
         Writes are strict: an unknown field (a typo) or a missing field without a default is an error, not
-        silently dropped or zeroed.
+        silently dropped or zeroed; so is an untagged union of records, and an int or long that is out of its
+        type's range, a bool or a float (the message names the field's path).
         """
         info = self.schema(type_name)
         out = io.BytesIO()
         out.write(MAGIC)
         out.write(info.fingerprint)
         try:
-            if info.check_unions is not None:
-                info.check_unions(record, type_name.rpartition(".")[2])
+            if info.check is not None:
+                info.check(record)
             schemaless_writer(out, info.parsed, record, strict_allow_default=True)
+        except _Refused as refused:
+            raise ValueError(f"record does not match {type_name}: {refused.message(type_name.rpartition('.')[2])}"
+                             ) from None
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise ValueError(f"record does not match {type_name}: {exc}") from exc
         return out.getvalue()

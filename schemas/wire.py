@@ -33,6 +33,7 @@ ACCEPTED = REPLY_PREFIX + "Accepted"
 REJECTED = REPLY_PREFIX + "Rejected"
 WORKFLOW_STARTED = REPLY_PREFIX + "WorkflowStarted"
 QUERY_RESULT = REPLY_PREFIX + "QueryResult"
+REDRIVEN = REPLY_PREFIX + "Redriven"
 
 
 def command_type(name: str) -> str:

@@ -6,6 +6,12 @@ owning processor (or, for a query, a worker) wrote; describe and history come fr
 `?format=avro`, so the SDK sees exactly the records the in-memory engine gives it. Answers and reads travel
 different ways: a reply is visible when its transaction commits, the owner's store a moment later. So reads of a
 workflow this service has just written to retry a "not found" for a few seconds (read your own writes).
+
+Owner reads survive ownership changes. Redirects are followed by hand, so a failure names the host that failed.
+When the owner a server redirects to does not answer (it died, and Kafka has not yet given its shards to another
+server), when a server answers 503 (the shard is moving; its `Retry-After` is honoured), or when the server given
+to `connect` does not answer, the read asks that server again with backoff; it redirects to the new owner once
+there is one. A read gives up only after `unavailable_timeout` (60 s by default) without an answer.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import uuid
 from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import aiohttp
 
@@ -35,9 +41,18 @@ HISTORY_PAGE = 1000
 POLL_FIRST_S = 0.02
 POLL_MAX_S = 0.5
 MAX_CONNECTIONS = 1000
-LONG_POLL_MS = 10_000  # how long the owner may hold a caught-up history read (within the 30 s read timeout)
+LONG_POLL_MS = 10_000  # how long the owner may hold a caught-up history read (the read allows STALL_S more)
 READ_YOUR_WRITES_S = 5.0  # how long a read of a workflow this service wrote to retries "not found"
-UNAVAILABLE_RETRY_S = 10.0  # how long a read retries a shard without a reachable owner (it is moving)
+# How long an owner read keeps retrying while no server can serve it: a dead owner's shards move after the
+# processors' session timeout (10 s) and a restore; `result()` counts it from its last answer.
+UNAVAILABLE_TIMEOUT = timedelta(seconds=60)
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+RETRY_AFTER_MAX_S = 10.0  # a server's Retry-After is honoured up to this
+CONNECT_TIMEOUT_S = 5.0
+STALL_S = 10.0  # a read that gets no byte for this long (beyond a long-poll's own wait) is retried: a frozen owner
+MAX_REDIRECTS = 3  # the API needs one (to the owner); a second hop answers 503
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REMEMBERED = 10_000
 SLACK_S = 5.0  # HTTP timeout beyond the server's own wait, so the server's 504 is what the caller sees
 # What `GET /api/v1/cluster` must tell a client: where a Kafka worker finds its topics.
@@ -49,18 +64,22 @@ class HttpService(ClientTransport):
     (or use `async with`) when done."""
 
     def __init__(self, target: str, session: aiohttp.ClientSession, cluster: Record, *,
-                 command_timeout: timedelta = COMMAND_TIMEOUT) -> None:
+                 command_timeout: timedelta = COMMAND_TIMEOUT,
+                 unavailable_timeout: timedelta = UNAVAILABLE_TIMEOUT) -> None:
         self.target = target.rstrip("/")
         self.session = session
         self.cluster = cluster  # the server's `GET /api/v1/cluster` answer: kafka_bootstrap, topic_prefix, shards...
         self.command_timeout = command_timeout
+        self.unavailable_timeout = unavailable_timeout
         self._written: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     @classmethod
     async def connect(cls, target: str, *, timeout: timedelta = timedelta(seconds=10),
-                      command_timeout: timedelta = COMMAND_TIMEOUT, api_key: str | None = None) -> HttpService:
+                      command_timeout: timedelta = COMMAND_TIMEOUT, api_key: str | None = None,
+                      unavailable_timeout: timedelta = UNAVAILABLE_TIMEOUT) -> HttpService:
         """Check that an Ostinato server answers at `target` and learn its cluster settings. `api_key` is sent as a
-        bearer token (servers started with --auth-config require one)."""
+        bearer token (servers started with --auth-config require one). Owner reads (describe, history, the result
+        wait) retry for up to `unavailable_timeout` while no server can serve them (an owner died, a shard moves)."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # Result waits are long-polls, each holding a connection: allow many at once (aiohttp's default is 100).
         session = aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS))
@@ -80,7 +99,7 @@ class HttpService(ClientTransport):
         except BaseException:
             await session.close()
             raise
-        return cls(target, session, cluster, command_timeout=command_timeout)
+        return cls(target, session, cluster, command_timeout=command_timeout, unavailable_timeout=unavailable_timeout)
 
     async def close(self) -> None:
         await self.session.close()
@@ -148,7 +167,7 @@ class HttpService(ClientTransport):
     # -- owner reads ------------------------------------------------------------------------------------------
 
     async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None:
-        data = await self._read(namespace, workflow_id, "", {"run_id": run_id})
+        data = await self._read(namespace, workflow_id, "", {"run_id": run_id}, deadline=self._deadline())
         if data is None:
             return None
         name, record = _decode(data)
@@ -159,8 +178,9 @@ class HttpService(ClientTransport):
 
     async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]:
         events: list[Record] = []
+        deadline = self._deadline()
         while True:
-            page = await self._history_page(namespace, workflow_id, run_id, len(events) + 1)
+            page = await self._history_page(namespace, workflow_id, run_id, len(events) + 1, deadline=deadline)
             if page is None:
                 return events
             run_id = page["run_id"]  # pinned: the current run may change while paging
@@ -172,29 +192,23 @@ class HttpService(ClientTransport):
         """Read the run's history to its end, then long-poll the owner for the next events until a closing one.
 
         The owner holds a caught-up read (`wait_ms`) until its processor commits new events for the run, so a
-        result arrives within a commit of the close instead of after a polling interval."""
+        result arrives within a commit of the close instead of after a polling interval. Each page may retry for
+        `unavailable_timeout` (an owner died, the shard moves), so the wait survives any ownership change."""
         last: Record | None = None
         first = 1
-        pause = POLL_FIRST_S
         wait_ms = 0
         while True:
-            page = await self._history_page(namespace, workflow_id, run_id, first, quiet_unavailable=True,
-                                            wait_ms=wait_ms)
+            page = await self._history_page(namespace, workflow_id, run_id, first, wait_ms=wait_ms,
+                                            deadline=self._deadline())
             if page is None:
                 if run_id == "" or last is None:
                     raise exc.RPCError(f"no workflow {workflow_id!r}", status=404, code="not_found")
                 raise exc.RPCError(f"run {run_id} of {workflow_id!r} disappeared (deleted after retention?)",
                                    status=404, code="not_found")
-            if page.get("unavailable"):
-                await asyncio.sleep(pause)
-                pause = min(POLL_MAX_S, pause * 2)
-                wait_ms = 0
-                continue
             run_id = page["run_id"]
             if page["events"]:
                 last = page["events"][-1]
                 first += len(page["events"])
-                pause = POLL_FIRST_S
                 if page["next_page_token"]:
                     continue
             if last is not None and last["event_type"] in CLOSING_EVENTS:
@@ -203,50 +217,74 @@ class HttpService(ClientTransport):
                 await asyncio.sleep(POLL_FIRST_S)  # the wait ran out (or an older server ignored it): no busy loop
             wait_ms = LONG_POLL_MS
 
-    async def _history_page(self, namespace: str, workflow_id: str, run_id: str, first: int, *,
-                            quiet_unavailable: bool = False, wait_ms: int = 0) -> Record | None:
+    def _deadline(self) -> float:
+        return time.monotonic() + self.unavailable_timeout.total_seconds()
+
+    async def _history_page(self, namespace: str, workflow_id: str, run_id: str, first: int, *, deadline: float,
+                            wait_ms: int = 0) -> Record | None:
         data = await self._read(namespace, workflow_id, "/history", {
             "run_id": run_id, "page_size": str(HISTORY_PAGE), "next_page_token": str(first),
-            "wait_ms": str(wait_ms) if wait_ms else ""}, quiet_unavailable=quiet_unavailable)
+            "wait_ms": str(wait_ms) if wait_ms else ""}, deadline=deadline, wait_s=wait_ms / 1000)
         if data is None:
             return None
-        if data == b"":
-            return {"unavailable": True}
         page = _json(data)
         page["events"] = [_decode(base64.b64decode(e))[1] for e in page["events"]]
         return page
 
     async def _read(self, namespace: str, workflow_id: str, suffix: str, params: dict[str, str], *,
-                    quiet_unavailable: bool = False) -> bytes | None:
-        """GET an owner read with `?format=avro`: the body, None for "not found", b"" for "unavailable" when
-        `quiet_unavailable` (otherwise that is retried for a while, then raised)."""
+                    deadline: float, wait_s: float = 0.0) -> bytes | None:
+        """GET an owner read with `?format=avro`: the body, or None for "not found". While no server can serve it
+        (see the module's docstring) it retries until `deadline` (`time.monotonic()`), then raises an RPCError
+        naming the host that failed last."""
         query = urlencode({"format": "avro", **{k: v for k, v in params.items() if v}})
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/workflows/{quote(workflow_id, safe='')}{suffix}"
-        url = f"{self.target}{path}?{query}"  # a '/' inside an id travels as %2F (yarl keeps it so)
         started = time.monotonic()
-        pause = POLL_FIRST_S
+        pause = RETRY_FIRST_S
         while True:
             try:
-                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                    if resp.status == 200:
-                        return await resp.read()
-                    error = await _error(resp, f"GET {path}")
-            except (aiohttp.ClientError, TimeoutError) as e:
-                raise exc.RPCError(f"GET {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
-                                   code="unavailable") from None
-            waited = time.monotonic() - started
-            if error.status == 404 and error.code == "not_found":
+                return await self._get(f"{path}?{query}", f"GET {path}", wait_s)
+            except _Unavailable as why:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    last, spent = why.error, time.monotonic() - started
+                    raise exc.RPCError(f"GET {path}: {why}; no server could serve the read for {spent:.0f}s",
+                                       status=last.status if last else 0,
+                                       code=last.code if last else "unavailable") from None
+                await asyncio.sleep(min(remaining, max(pause, why.retry_after)))
+                pause = min(RETRY_MAX_S, pause * 2)
+            except exc.RPCError as error:
+                waited = time.monotonic() - started
+                if error.status != 404 or error.code != "not_found":
+                    raise
                 if waited >= READ_YOUR_WRITES_S or not self._recently_written(namespace, workflow_id):
                     return None
-            elif error.status == 503 and error.code == "shard_unavailable":
-                if quiet_unavailable:
-                    return b""
-                if waited >= UNAVAILABLE_RETRY_S:
+                await asyncio.sleep(pause)
+                pause = min(POLL_MAX_S, pause * 2)
+
+    async def _get(self, path_and_query: str, what: str, wait_s: float) -> bytes:
+        """One attempt: GET from the server given to `connect`, following its redirects by hand so that a failure
+        names the host that failed. The body of a 200; an RPCError for an answer no retry changes; `_Unavailable`
+        for a 503 or a host that does not answer (refused, reset, silent for `STALL_S` beyond the wait)."""
+        url = self.target + path_and_query  # a '/' inside an id travels as %2F (yarl keeps it so)
+        by = ""  # the server that redirected to `url`
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=wait_s + STALL_S)
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                async with self.session.get(url, allow_redirects=False, timeout=timeout) as resp:
+                    location = resp.headers.get("Location", "")
+                    if resp.status in REDIRECTS and location:
+                        by, url = _origin(url), urljoin(url, location)
+                        continue
+                    if resp.status == 200:
+                        return await resp.read()
+                    error = await _error(resp, what)
+                    if resp.status == 503:
+                        raise _Unavailable(f"{_who(url, by)} answered: {str(error).removeprefix(what + ': ')}",
+                                           retry_after=_retry_after(resp), error=error)
                     raise error
-            else:
-                raise error
-            await asyncio.sleep(pause)
-            pause = min(POLL_MAX_S, pause * 2)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise _Unavailable(f"{_who(url, by)} did not answer ({type(e).__name__}: {e})") from None
+        raise _Unavailable(f"more than {MAX_REDIRECTS} redirects from {self.target}, the last to {_origin(url)}")
 
     def _remember(self, namespace: str, workflow_id: str) -> None:
         key = (namespace, workflow_id)
@@ -292,6 +330,35 @@ class HttpService(ClientTransport):
         from ostinato.sdk._kafka_worker import KafkaWorkerTransport  # confluent_kafka loads only where workers run
 
         return KafkaWorkerTransport(self.cluster, self.history)
+
+
+class _Unavailable(Exception):
+    """An attempt that a later one may answer: what failed (naming its host), the wait the server asked for, and
+    the server's error when it answered one."""
+
+    def __init__(self, why: str, *, retry_after: float = 0.0, error: exc.RPCError | None = None) -> None:
+        super().__init__(why)
+        self.retry_after = retry_after
+        self.error = error
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _who(url: str, redirected_by: str) -> str:
+    if not redirected_by:
+        return f"the server at {_origin(url)}"
+    return f"the shard's owner at {_origin(url)} (where {redirected_by} redirected the read)"
+
+
+def _retry_after(resp: aiohttp.ClientResponse) -> float:
+    """A 503's `Retry-After` in seconds (delta-seconds only; an HTTP date is ignored), capped."""
+    try:
+        return min(RETRY_AFTER_MAX_S, max(0.0, float(resp.headers.get("Retry-After", ""))))
+    except ValueError:
+        return 0.0
 
 
 def _now_ms() -> int:

@@ -15,8 +15,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import random
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,19 +27,26 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from ostinato.kafka.clients import base_config, describe_security, security_config
 from ostinato.kafka.replies import ReplyReader
-from ostinato.kafka.task_topics import TaskTopics
+from ostinato.kafka.task_topics import TaskTopics, TopicCreationForbidden, worker_group
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
 from ostinato.sdk._transport import ServedWorker, WorkerTransport
+from ostinato.sdk._workflow_worker import HistoryBehind, history_needed_through
 from ostinato.sdk.exceptions import RPCError
 
 Record = dict[str, Any]
 HistoryReader = Callable[[str, str, str], Awaitable[list[Record]]]  # (namespace, workflow id, run id) -> events
 REPLY_TIMEOUT_S = 30.0
 POLL_S = 0.05
+TOPICS_WAIT_S = 2.0  # how often a worker that may not create its task topics looks for them
 FETCH_MAX = 100  # tasks taken from Kafka at once
+HISTORY_TRIES = 6  # reads of a history that lags the task (0.02 s doubling: about 1.3 s in all)
+EAGER_MAX = 3  # activities one completion may take eagerly (Temporal's limit)
+EAGER_MAX_INPUT_BYTES = 1 << 20  # their inputs together: larger ones go through the activity topic
+WORKER_EAGER_FAULT = "worker-after-eager-reply"
 log = logging.getLogger("ostinato.worker")
 
 
@@ -99,6 +109,7 @@ class KafkaWorkerLoop:
         self.prefix = cluster["topic_prefix"]
         self.shards = cluster["shards"]
         self.reply_partitions = cluster["reply_partitions"]
+        self.server_security: Record = cluster.get("kafka_security") or {}  # protocol and mechanism, never secrets
         self.fetch_history = fetch_history
         queue = worker.task_queue
         self.workflow_topic = task_topic_name(self.prefix, queue, TaskKind.WORKFLOW)
@@ -109,32 +120,38 @@ class KafkaWorkerLoop:
         self.tasks: set[asyncio.Task[None]] = set()  # every task being handled (workflow, query, activity start)
         self.offsets = OffsetTracker()
         self.starting = 0  # activity tasks waiting for the engine to confirm their start
+        # Eager activity dispatch (on unless OSTINATO_EAGER_ACTIVITIES=0): activities this worker schedules on its
+        # own queue come back in the completion's reply, already started for it.
+        self.eager_activities = os.environ.get("OSTINATO_EAGER_ACTIVITIES", "1") != "0"
+        self.eager_started = 0
+        self.eager_workflow_tasks = 0
         self.paused = False
 
     # -- set-up ---------------------------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event, replication_factor: int) -> None:
         loop = asyncio.get_running_loop()
-        # Task topics are created on first use, by the processor or by the first worker, whichever comes first.
-        task_topics = TaskTopics(self.bootstrap, self.prefix, replication_factor)
-        await loop.run_in_executor(None, task_topics.ensure_queue, self.worker.task_queue)
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "logger": log, "enable.idempotence": True,
-                                  "acks": "all", "linger.ms": 2, "message.max.bytes": MAX_RECORD_BYTES})
+        security = self.worker.kafka_config  # over the process's settings (OSTINATO_KAFKA_CONFIG, OSTINATO_KAFKA_*)
+        self._check_security(security_config(security))
+        if not await self._ensure_task_topics(replication_factor, stopping):
+            return
+        self.producer = Producer({**base_config(self.bootstrap, self.worker.identity, security),
+                                  "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+                                  "message.max.bytes": MAX_RECORD_BYTES})
         self.reply_partition = random.randrange(self.reply_partitions)  # the partition our answers come back on
-        self.replies = ReplyReader(self.bootstrap, self.replies_topic, [self.reply_partition],
-                                   f"ostinato-worker-{self.worker.task_queue}")
+        group = worker_group(self.prefix, self.worker.task_queue)
+        self.replies = ReplyReader(self.bootstrap, self.replies_topic, [self.reply_partition], group, security)
         await loop.run_in_executor(None, self.replies.start)
         settings: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap, "logger": log,
-            "group.id": f"{self.prefix}-worker-{self.worker.task_queue}",
+            **base_config(self.bootstrap, self.worker.identity, security),
+            "group.id": group,
             "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": 20,
             # A dead worker's partitions move on after 10 s (librdkafka's default is 45 s of stranded tasks).
             "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
             "fetch.max.bytes": MAX_RECORD_BYTES * 2}
         consumer = Consumer(settings)
-        topics = ([self.workflow_topic] if self.worker.workflow_handler is not None else []) + \
-                 ([self.activity_topic] if self.worker.activity_executor is not None else [])
+        topics = [task_topic_name(self.prefix, self.worker.task_queue, kind) for kind in self._kinds()]
         revoked: list[TopicPartition] = []  # filled on the consumer's thread, read on the loop's
         consumer.subscribe(topics, on_revoke=lambda _c, parts: revoked.extend(parts))
         self.consumer = consumer
@@ -158,6 +175,48 @@ class KafkaWorkerLoop:
             self._commit_done(asynchronous=False)
             consumer.close()
             self.replies.close()
+
+    def _check_security(self, mine: dict[str, str]) -> None:
+        log.info("worker %s: Kafka %s, %s", self.worker.identity, self.bootstrap, describe_security(mine))
+        theirs = self.server_security.get("security.protocol", "PLAINTEXT")
+        if theirs.upper() != mine.get("security.protocol", "PLAINTEXT").upper():
+            log.warning("the server reaches Kafka with security.protocol=%s but this worker with %s: set "
+                        "OSTINATO_KAFKA_CONFIG, OSTINATO_KAFKA_* or Worker(kafka_config=...) (docs/security.md)",
+                        theirs, mine.get("security.protocol", "PLAINTEXT"))
+
+    def _kinds(self) -> list[TaskKind]:
+        """The task topics this worker reads: workflow tasks if it has workflows, activity tasks if activities."""
+        return ([TaskKind.WORKFLOW] if self.worker.workflow_handler is not None else []) + \
+               ([TaskKind.ACTIVITY] if self.worker.activity_executor is not None else [])
+
+    async def _ensure_task_topics(self, replication_factor: int, stopping: asyncio.Event) -> bool:
+        """Task topics are created on first use, by the processor or by the first worker, whichever comes first. A
+        worker that may not create them waits until one of its topics exists (the processor creates both of a queue
+        together); False if it was stopped meanwhile."""
+        loop = asyncio.get_running_loop()
+        task_topics = TaskTopics(self.bootstrap, self.prefix, replication_factor, self.worker.kafka_config)
+        wanted = [task_topic_name(self.prefix, self.worker.task_queue, kind) for kind in self._kinds()]
+        waiting = False
+        while not stopping.is_set():
+            missing = []
+            for name in wanted:
+                try:
+                    await loop.run_in_executor(None, task_topics.partitions, name)
+                except TopicCreationForbidden:
+                    missing.append(name)
+            if len(missing) < len(wanted):
+                if missing:  # a queue half made by an older version: subscribed anyway, read once it exists
+                    log.warning("worker %s: %s does not exist and this worker may not create it; it is read once "
+                                "the server creates it", self.worker.identity, ", ".join(missing))
+                return True
+            if not waiting:
+                log.warning("worker %s: the task topics of queue %r do not exist yet and this worker may not create "
+                            "them; waiting until the server does (when a workflow first names the queue)",
+                            self.worker.identity, self.worker.task_queue)
+                waiting = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), TOPICS_WAIT_S)
+        return False
 
     def _fetch(self) -> list[Message]:
         """Wait for the first task only, then take what else is ready: `consume(n, t)` would hold every batch
@@ -219,22 +278,43 @@ class KafkaWorkerLoop:
         except KafkaException as exc:  # e.g. a partition revoked meanwhile: its next owner re-reads from before
             log.warning("commit of %d offsets failed: %s", len(offsets), exc)
 
+    async def _history_through(self, task: Record, last_event_id: int) -> list[Record]:
+        """The run's history, read again (briefly) while it ends before `last_event_id`: the owner writes its store
+        just after the transaction that dispatched the task commits, so a fast worker can be a moment ahead."""
+        for attempt in range(HISTORY_TRIES):
+            history = await self.fetch_history(task)
+            if (history[-1]["event_id"] if history else 0) >= last_event_id:
+                return history
+            await asyncio.sleep(0.02 * 2**attempt)
+        raise HistoryBehind(f"the history of {task['workflow_id']}/{task['run_id']} does not reach event "
+                            f"{last_event_id} yet")
+
     async def _workflow_task(self, task: Record, acknowledged: Callable[[], None]) -> bool:
-        """Decide the task and produce the completion; whether it was sent (then `acknowledged` runs on delivery)."""
+        """Decide the task and answer it; True when the offset waits for Kafka's acknowledgement of the
+        completion (then `acknowledged` runs on delivery), False when the task is done on return."""
         handler = self.worker.workflow_handler
         assert handler is not None
         history: list[Record] = []
         cached = handler.cache.get(task["run_id"])
         sticky = cached is not None and cached.last_started_event_id == task["previous_started_event_id"]
-        if not sticky and task["previous_started_event_id"] > 0:  # a cache miss replays the full history
+        # A cache miss replays the full history; a task whose events did not fit its record has them read from it.
+        if task.get("events_omitted") or (not sticky and task["previous_started_event_id"] > 0):
             try:
-                history = await self.fetch_history(task)
-            except RPCError as exc:
+                history = await self._history_through(task, history_needed_through(task))
+            except (RPCError, HistoryBehind) as exc:
                 # The server is away (restarting): leave the task unanswered; its timeout schedules it again.
                 log.warning("cannot fetch the history of %s/%s (%s); the task will be retried", task["workflow_id"],
                             task["run_id"], exc)
                 return False
-        command, body = handler.handle(task, lambda: history)
+        try:
+            command, body = handler.handle(task, lambda: history)
+        except HistoryBehind as exc:
+            log.warning("%s; the task will be retried", exc)
+            return False
+        eager = self._ask_eager(command, body)
+        if eager:
+            await self._complete_eagerly(task, command, body, eager)
+            return False  # done: the reply came (or the wait ended), so the offset may move on
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:  # the engine's task timeout retries it; the offset may move on
@@ -243,6 +323,46 @@ class KafkaWorkerLoop:
 
         self._send(task, command, body, on_delivery=delivered)
         return True
+
+    def _ask_eager(self, command: str, body: Record) -> int:
+        """Eager activity dispatch: mark up to EAGER_MAX of the completion's new activities on this worker's own
+        queue for this worker to run (while it has free slots); how many were marked. The engine starts them for
+        this worker and hands their tasks back in its reply, skipping the activity topic and the
+        RecordActivityTaskStarted round trip."""
+        if command != wire.command_type("RespondWorkflowTaskCompleted") or self.worker.activity_executor is None \
+                or not self.eager_activities:
+            return 0
+        free = self.worker.max_concurrent_activities - len(self.running) - self.starting
+        marked = size = 0
+        commands = []
+        for name, attrs in body["commands"]:
+            inputs = sum(len(p["data"]) for p in attrs.get("input", ())) if isinstance(attrs, dict) else 0
+            if (name == wire.command_type("ScheduleActivityTaskCommand") and marked < min(free, EAGER_MAX)
+                    and attrs.get("task_queue") in ("", self.worker.task_queue)
+                    and size + inputs <= EAGER_MAX_INPUT_BYTES):  # the reply must fit one record
+                attrs = {**attrs, "request_eager_execution": True}
+                marked += 1
+                size += inputs
+            commands.append((name, attrs))
+        body["commands"] = commands
+        return marked
+
+    async def _complete_eagerly(self, task: Record, command: str, body: Record, slots: int) -> None:
+        """Send the completion and wait for its reply; run the activities it hands back, started for us."""
+        self.starting += slots  # the slots are ours until the reply says what to run
+        try:
+            reply = await self.request(task, command, body)
+        finally:
+            self.starting -= slots
+        if reply is None or reply["body"][0] != wire.ACCEPTED:
+            return  # no answer (the activities' timeouts retry them) or the completion was refused
+        if reply.get("activity_tasks") and os.environ.get("OSTINATO_FAULT_POINT") == WORKER_EAGER_FAULT:
+            os.kill(os.getpid(), signal.SIGKILL)  # test-only: die holding started activities (tests/chaos)
+        for activity in reply.get("activity_tasks") or []:
+            self.eager_started += 1
+            job = asyncio.ensure_future(self._run_activity(activity))
+            self.running.add(job)
+            job.add_done_callback(self.running.discard)
 
     async def _query(self, task: Record) -> None:
         handler = self.worker.workflow_handler
@@ -285,7 +405,25 @@ class KafkaWorkerLoop:
             return reply["body"][0] != wire.ACCEPTED or bool(reply["body"][1]["cancel_requested"])
 
         name, body = await executor.execute(task, heartbeat)
-        self._send(task, name, body)
+        handler = self.worker.workflow_handler
+        if not self.eager_activities or handler is None or task["run_id"] not in handler.cache:
+            self._send(task, name, body)
+            return
+        # Eager workflow task: this worker caches the workflow, so the task this answer causes comes back in the
+        # reply rather than through the workflow task topic (its timeout covers a reply that never comes).
+        reply = await self.request(task, name, {**body, "request_eager_workflow_task": True})
+        next_task = reply.get("workflow_task") if reply is not None else None
+        if next_task is not None:
+            self.eager_workflow_tasks += 1
+            self._spawn(self._eager_workflow_task(next_task))
+
+    async def _eager_workflow_task(self, task: Record) -> None:
+        """A workflow task that came in a reply: no offset to commit; a lost answer is covered by its timeout."""
+        try:
+            await self._workflow_task(task, lambda: None)
+        except Exception:
+            log.exception("handling the eager workflow task of %s/%s failed; its timeout will retry it",
+                          task["workflow_id"], task["run_id"])
 
     # -- talking to the engine ------------------------------------------------------------------------------------
 

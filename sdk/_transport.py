@@ -85,6 +85,7 @@ class ServedWorker(Protocol):
     task_queue: str
     identity: str
     max_concurrent_activities: int
+    kafka_config: dict[str, str]  # the worker's own Kafka security settings (a Kafka transport's concern)
     workflow_handler: WorkflowTaskHandler | None
     activity_executor: ActivityExecutor | None
 

@@ -69,15 +69,22 @@ class WorkflowTaskHandler:
 
     def _instance(self, task: Record, definition: WorkflowDefinition,
                   full_history: Callable[[], list[Record]]) -> tuple[WorkflowInstance, list[Record]]:
+        """The instance to run the task on and the events to give it: the cached one and the task's events when it
+        stopped where the task starts (sticky), else a new one and the whole history. A task whose events did not
+        fit one record says so (`events_omitted`); its events are then read from history, cached copy or not."""
         cached = self.cache.pop(task["run_id"], None)
+        # Events before `first` come from history; the task's own events (all of them, or a retried task's
+        # scheduled/started, which are not in history) follow.
+        first = history_needed_through(task) + 1
         if cached is not None and cached.last_started_event_id == task["previous_started_event_id"]:
-            return cached, task["events"]
+            if not task.get("events_omitted"):
+                return cached, task["events"]
+            since = task["previous_started_event_id"]
+            return cached, _through(full_history(), since, first, task) + task["events"]
         self.replays += 1
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
-        first = task["events"][0]["event_id"] if task["events"] else task["started_event_id"] + 1
-        history = [e for e in full_history() if e["event_id"] < first]
-        return instance, history + task["events"]
+        return instance, _through(full_history(), 0, first, task) + task["events"]
 
     def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:
         """Answer a QueryTask: (result payloads, None) or ([], failure record)."""
@@ -103,3 +110,25 @@ class WorkflowTaskHandler:
         return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
             "failure": self.converter.encode_failure(error), "build_id": ""})
+
+
+def history_needed_through(task: Record) -> int:
+    """The last event id a worker must read from history to run `task` without a cached copy: the events before
+    the task's own (all of history up to its started event when the task left its events out)."""
+    first = task["events"][0]["event_id"] if task["events"] else task["started_event_id"] + 1
+    return int(first) - 1
+
+
+class HistoryBehind(Exception):
+    """The history read for a task ends before the task's events begin: the owner's store has not caught up with
+    the transaction that dispatched the task yet. Read it again shortly."""
+
+
+def _through(history: list[Record], after: int, first: int, task: Record) -> list[Record]:
+    """The events with ids in (`after`, `first`), which must all be there."""
+    events = [e for e in history if after < e["event_id"] < first]
+    if first - 1 > after and (not events or events[-1]["event_id"] != first - 1):
+        last = history[-1]["event_id"] if history else 0
+        raise HistoryBehind(f"the history of {task['workflow_id']}/{task['run_id']} ends at event {last}; the task "
+                            f"needs it through event {first - 1}")
+    return events

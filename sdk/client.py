@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ostinato.schemas.wire import REJECTED, command_type
+from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import ClientTransport
@@ -47,6 +47,16 @@ class WorkflowExecution:
 
 @dataclass(frozen=True)
 class WorkflowExecutionDescription:
+    """A run's state, as its owner holds it.
+
+    Attributes:
+        quarantined: commands the engine failed to process for this run (a bug in the engine, or an output too large
+            for a record), oldest first, each an `ostinato.state.QuarantinedCommand` record (`command_type`,
+            `request_id`, `code`, `error_type`, `error_message`, `failures`, times and the command itself). A run
+            with any may be waiting for what they would have recorded: `WorkflowHandle.redrive()` decides them again
+            once the engine is fixed.
+    """
+
     workflow_id: str
     run_id: str
     workflow_type: str
@@ -54,6 +64,7 @@ class WorkflowExecutionDescription:
     status: str
     history_length: int
     raw: Record
+    quarantined: list[Record] = field(default_factory=list)
 
 
 class Client:
@@ -194,7 +205,24 @@ class WorkflowHandle:
         if state is None:
             raise exc.RPCError(f"no workflow {self.id!r}", status=404, code="not_found")
         return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
-                                            state["task_queue"], state["status"], state["next_event_id"] - 1, state)
+                                            state["task_queue"], state["status"], state["next_event_id"] - 1, state,
+                                            list(state.get("quarantine") or []))
+
+    async def redrive(self, reason: str = "") -> list[Record]:
+        """Have the engine decide this run's quarantined commands again (see `describe().quarantined`), after an
+        upgrade that fixed what failed them. Returns one outcome per command, oldest first: `{"request_id",
+        "command_type", "outcome", "message"}` where outcome is APPLIED, REJECTED (today's engine refuses it, e.g. a
+        stale task answer; it leaves the quarantine too) or FAILED (it stays)."""
+        reply_type, record = await self.client.service.send(
+            self.client.namespace, self.id, self.run_id, (command_type("RedriveWorkflowExecution"), {"reason": reason}),
+            uuid.uuid4().hex, self.client.identity)
+        if reply_type == REJECTED:
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+        if reply_type != REDRIVEN:
+            raise exc.RPCError(f"expected a {REDRIVEN} answer, got {reply_type}", status=200, code="malformed")
+        outcomes: list[Record] = record["outcomes"]
+        return outcomes
 
     async def fetch_history(self) -> list[Record]:
         return await self.client.service.history(self.client.namespace, self.id, self.run_id)

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
@@ -34,17 +34,23 @@ class Worker:
         max_cached_workflows: running workflows kept in memory between tasks (others replay from history).
         max_concurrent_activities: activities run at once (the rest wait in the topic).
         identity: how this worker appears in history (default host@pid).
+        kafka_config: librdkafka security settings of this worker's Kafka clients (`security.protocol`, `sasl.*`,
+            `ssl.*`), over those of the environment (`OSTINATO_KAFKA_CONFIG`, `OSTINATO_KAFKA_<PROPERTY>`); e.g.
+            `{"security.protocol": "SASL_SSL", "sasl.username": "orders-worker", "sasl.password": ...}`. The server
+            never hands out credentials: each worker brings its own (docs/security.md).
     """
 
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
                  activities: Sequence[Callable[..., Any]] = (), max_cached_workflows: int = 1000,
-                 max_concurrent_activities: int = 100, identity: str = "") -> None:
+                 max_concurrent_activities: int = 100, identity: str = "",
+                 kafka_config: Mapping[str, str] | None = None) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
         self.client = client
         self.task_queue = task_queue
         self.identity = identity or f"{socket.gethostname()}@{os.getpid()}"
         self.max_concurrent_activities = max_concurrent_activities
+        self.kafka_config = dict(kafka_config or {})
         self.workflow_handler = WorkflowTaskHandler(workflows, client.data_converter, max_cached=max_cached_workflows,
                                                     identity=self.identity) if workflows else None
         self.activity_executor = ActivityExecutor(activities, client.data_converter, identity=self.identity) \

@@ -17,17 +17,20 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from ostinato import __version__
 from ostinato.infra.process import check_port_free
+from ostinato.kafka.clients import describe_security, public_security, security_config
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.admin.archival import add_routes as add_archive_routes
 from ostinato.services.admin.cluster import ClusterError, read_settings
 from ostinato.services.admin.ownership import OwnershipTable
 from ostinato.services.frontend.auth import Auth
+from ostinato.services.frontend.http import MAX_BODY_BYTES, size_refusals
 from ostinato.services.frontend.openapi import install as install_openapi
 from ostinato.services.frontend.reads import ReadContext, add_routes
 from ostinato.services.history.waiters import HistoryWaiters
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 7243
+SHUTDOWN_GRACE_S = 2.0
 
 log = logging.getLogger("ostinato.server")
 
@@ -40,13 +43,16 @@ class ServerContext:
 
 _CLUSTER = web.AppKey("cluster", ServerContext)
 _REGISTRY = web.AppKey("registry", CollectorRegistry)
+_KAFKA_SECURITY = web.AppKey("kafka_security", dict)
 
 
 async def get_cluster(request: web.Request) -> web.Response:
-    """What a worker needs to find its topics: bootstrap servers, topic prefix and shard count."""
+    """What a worker needs to find its topics: bootstrap servers, topic prefix and shard count; of the server's Kafka
+    security settings only the protocol and the SASL mechanism, never a credential (each worker brings its own)."""
     ctx = request.app[_CLUSTER]
     return web.json_response({
         "kafka_bootstrap": ctx.bootstrap,
+        "kafka_security": request.app[_KAFKA_SECURITY],
         "topic_prefix": ctx.settings.topic_prefix,
         "shards": ctx.settings.shards,
         "replication_factor": ctx.settings.replication_factor,
@@ -62,9 +68,11 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 def create_app(ctx: ServerContext, reads: ReadContext | None = None,
                registry: CollectorRegistry = REGISTRY, auth: Auth | None = None) -> web.Application:
-    app = web.Application(middlewares=[auth.middleware] if auth is not None else [])
+    app = web.Application(client_max_size=MAX_BODY_BYTES,
+                          middlewares=[size_refusals, *([auth.middleware] if auth is not None else [])])
     app[_CLUSTER] = ctx
     app[_REGISTRY] = registry
+    app[_KAFKA_SECURITY] = public_security(security_config())
     app.router.add_get("/api/v1/cluster", get_cluster)
     app.router.add_get("/metrics", get_metrics)
     add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, ""))
@@ -139,6 +147,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         thread = threading.Thread(target=run_processor, name="ostinato-processor", daemon=True)
         thread.start()
     reads = ReadContext(ctx.settings.shards, proc, ownership, proc.owner_id if proc else "", waiters)
+    log.info("Kafka security: %s", describe_security(security_config()))  # secrets hidden
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
              ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, ", processor on" if proc else "")
     app = create_app(ctx, reads, auth=auth)
@@ -147,6 +156,15 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         waiters.bind(asyncio.get_running_loop())
 
     app.on_startup.append(bind_waiters)
+
+    async def hand_over_shards(app: web.Application) -> None:
+        """First thing on SIGTERM: finish the open transaction and leave the group, so the other servers take the
+        shards at once; requests still in flight then get redirects or 503s, and the rest shuts down after."""
+        if proc is not None and thread is not None:
+            proc.stop()
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, 30)
+
+    app.on_shutdown.append(hand_over_shards)
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway
@@ -158,7 +176,9 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     if archive_uri and archiver:
         _install_archival(app, ctx, archive_uri, endpoint, auth)
     try:
-        web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context)
+        # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
+        web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
+                    shutdown_timeout=SHUTDOWN_GRACE_S)
     finally:
         if proc is not None and thread is not None:
             proc.stop()

@@ -77,12 +77,27 @@ class SendCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class EagerActivity:
+    """An activity attempt started for the worker that scheduled it: its task travels in the reply."""
+
+    run_id: str
+    scheduled_event_id: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     request_id: str
     reply_partition: int
     namespace: str
     workflow_id: str
     body: tuple[str, Record]  # a branch of ostinato.reply.Reply.body
+    # Eager activity dispatch: the shell builds these activities' tasks (from state and history, as for the task
+    # topic) into the Accepted body's `activity_tasks`.
+    eager_activities: tuple[EagerActivity, ...] = ()
+    # Eager workflow task: the task an activity answer caused, built into the Accepted body's `workflow_task` for
+    # the worker that caches the workflow, instead of the workflow task topic.
+    eager_workflow_task: DispatchWorkflowTask | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,35 @@ from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.model import RunState
 
+# Timeouts that a command already on its way could pre-empt (a completion, a heartbeat, a start): the shell fires
+# these only once it has read everything written to the shard's commands before they fell due, so a completion
+# held up in Kafka (behind a crashed producer's open transaction) is never judged late. User timers, retries,
+# backoffs and retention are moments, not verdicts: they fire on time.
+TIMEOUTS = frozenset({
+    "WORKFLOW_TASK_TIMEOUT", "ACTIVITY_SCHEDULE_TO_START", "ACTIVITY_START_TO_CLOSE", "ACTIVITY_SCHEDULE_TO_CLOSE",
+    "ACTIVITY_HEARTBEAT", "WORKFLOW_RUN_TIMEOUT", "WORKFLOW_EXECUTION_TIMEOUT",
+})
+
+
+MAX_TIME_MS = 2**63 - 1  # the largest Avro long: a moment this far away never comes
+
+
+def after(time_ms: int, delay_ms: int) -> int:
+    """`time_ms + delay_ms`, saturated at MAX_TIME_MS: a timeout as long as an Avro long allows must not make a
+    time that no record (and no timer index key) can hold."""
+    return min(time_ms + delay_ms, MAX_TIME_MS)
+
+
+def fitting(time_ms: int, delay_ms: int) -> int:
+    """`delay_ms`, shortened so that `time_ms + delay_ms` is at most MAX_TIME_MS: what a decider writes into an
+    event whose (frozen) applier adds the delay to the event's time."""
+    return min(delay_ms, MAX_TIME_MS - time_ms)
+
 
 def deadlines(run: RunState, config: Config) -> set[Deadline]:
     rid = run.run_id
     if not run.open:
-        return {Deadline((run.close_time_ms or 0) + config.retention_ms, "RETENTION", rid)}
+        return {Deadline(after(run.close_time_ms or 0, config.retention_ms), "RETENTION", rid)}
     out = {Deadline(t.fire_at_ms, "USER_TIMER", rid, timer_id=t.timer_id) for t in run.timers.values()}
     task = run.workflow_task
     if in_first_task_backoff(run):
@@ -24,25 +48,26 @@ def deadlines(run: RunState, config: Config) -> set[Deadline]:
         if task.retry_at_ms is not None:
             out.add(Deadline(task.retry_at_ms, "WORKFLOW_TASK_RETRY", rid, "", task.scheduled_event_id, task.attempt))
         else:
-            out.add(Deadline(task.started_time_ms + task.timeout_ms, "WORKFLOW_TASK_TIMEOUT", rid, "",
+            out.add(Deadline(after(task.started_time_ms, task.timeout_ms), "WORKFLOW_TASK_TIMEOUT", rid, "",
                              task.scheduled_event_id, task.attempt))
     for a in run.activities.values():
         sid = a.scheduled_event_id
         if a.schedule_to_close_timeout_ms is not None:
-            out.add(Deadline(a.scheduled_time_ms + a.schedule_to_close_timeout_ms, "ACTIVITY_SCHEDULE_TO_CLOSE",
-                             rid, "", sid, 0))
+            out.add(Deadline(after(a.scheduled_time_ms, a.schedule_to_close_timeout_ms),
+                             "ACTIVITY_SCHEDULE_TO_CLOSE", rid, "", sid, 0))
         if a.next_attempt_time_ms is not None:
             out.add(Deadline(a.next_attempt_time_ms, "ACTIVITY_RETRY", rid, "", sid, a.attempt))
         elif a.started_time_ms is None:
             if a.schedule_to_start_timeout_ms is not None:
-                out.add(Deadline(a.current_attempt_scheduled_time_ms + a.schedule_to_start_timeout_ms,
+                out.add(Deadline(after(a.current_attempt_scheduled_time_ms, a.schedule_to_start_timeout_ms),
                                  "ACTIVITY_SCHEDULE_TO_START", rid, "", sid, a.attempt))
         else:
-            out.add(Deadline(a.started_time_ms + a.start_to_close_timeout_ms, "ACTIVITY_START_TO_CLOSE", rid, "",
-                             sid, a.attempt))
+            out.add(Deadline(after(a.started_time_ms, a.start_to_close_timeout_ms), "ACTIVITY_START_TO_CLOSE", rid,
+                             "", sid, a.attempt))
             if a.heartbeat_timeout_ms is not None:
                 last = a.last_heartbeat_time_ms or a.started_time_ms
-                out.add(Deadline(last + a.heartbeat_timeout_ms, "ACTIVITY_HEARTBEAT", rid, "", sid, a.attempt))
+                out.add(Deadline(after(last, a.heartbeat_timeout_ms), "ACTIVITY_HEARTBEAT", rid, "", sid,
+                                 a.attempt))
     if run.run_expiration_time_ms is not None:
         out.add(Deadline(run.run_expiration_time_ms, "WORKFLOW_RUN_TIMEOUT", rid))
     if run.execution_expiration_time_ms is not None:

@@ -3,7 +3,6 @@ clock, for tests and the SDK's time-skipping `WorkflowEnvironment`. No Kafka, no
 
 from __future__ import annotations
 
-import bisect
 import copy
 from collections import Counter, deque
 from collections.abc import Iterable, Sequence
@@ -12,13 +11,15 @@ from typing import Any
 
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import run_key, workflow_key
-from ostinato.streams.actions import Deadline, Reply
+from ostinato.streams.actions import Action, Deadline, Reply
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fire_timer_body
 from ostinato.streams.deciders import decide
-from ostinato.streams.model import RunState, Workflow, encode_current, encode_run, to_record
-from ostinato.streams.perform import perform
+from ostinato.streams.engine_outbox import EngineOutbox, TimerKey
+from ostinato.streams.model import Workflow, encode_current, encode_run, to_record
+from ostinato.streams.perform import RecordTooLarge, perform
+from ostinato.streams.quarantine import quarantinable, quarantine, quarantined_message
 from ostinato.streams.writer import Step
 
 Record = dict[str, Any]
@@ -28,9 +29,6 @@ SHELL_IDENTITY = "ostinato"
 QUERY_TIMEOUT_MS = 10_000
 MAX_COMMANDS_PER_RUN = 1_000_000  # a bound on run_until_idle: commands that beget commands forever are a bug
 
-# (fire time, namespace, workflow id, run id, kind, timer id, scheduled event id, attempt): sorting these tuples
-# orders the index by fire time, like the big-endian RocksDB index of the Kafka shell, and ties deterministically.
-TimerKey = tuple[int, str, str, str, str, str, int, int]
 DEFAULT_CONFIG = Config()  # frozen, so one instance serves every engine
 
 
@@ -44,6 +42,7 @@ class Shard:
     offset: int = 0
     workflows: dict[tuple[str, str], Workflow] = field(default_factory=dict)
     state: dict[str, bytes] = field(default_factory=dict)
+    failed_at: int | None = None  # the offset whose decision raised once: processed again, it is quarantined
 
     @property
     def pending(self) -> int:
@@ -54,10 +53,17 @@ class InMemoryEngine:
     """Runs workflows on the pure core with every topic of DESIGN.md §1 as an in-memory structure.
 
     Commands go to the log of the shard `partition_for(workflow_key)` picks, and `run_until_idle` processes
-    them shard by shard: decide on a copy of the workflow, then commit its events, state and actions together
-    (a failed decision leaves everything as it was, like an aborted transaction). Deadlines fire only when the
-    fake clock reaches them, each as a FireTimer command. Worker and client helpers produce the same command
-    records a worker or the frontend writes to Kafka, so tests exercise the real wire shapes.
+    them shard by shard: decide on a copy of the workflow, encode every record of the step (each must fit its
+    schema and the 4 MiB record limit, as on Kafka), then commit its events, state and actions together (a failed
+    decision leaves everything as it was, like an aborted transaction). Deadlines fire only when the fake clock
+    reaches them, each as a FireTimer command. Worker and client helpers produce the same command records a
+    worker or the frontend writes to Kafka, so tests exercise the real wire shapes.
+
+    A command that fails is handled as the Kafka shard handles it: rejected alone (`TOO_LARGE` for a record over
+    the limit, `INTERNAL` for an exception in the core) and, when nobody was told, quarantined in its run
+    (`streams/quarantine.py`). An exception in the core first propagates to whoever drives the engine (a test
+    sees the bug) with the command left in the log, as an aborted transaction would leave it; processed again,
+    the command is quarantined and the shard goes on, so no shard wedges on a command.
     """
 
     def __init__(self, shards: int = 4, config: Config = DEFAULT_CONFIG, clock: FakeClock | None = None) -> None:
@@ -75,10 +81,11 @@ class InMemoryEngine:
         self.replies: dict[str, Record] = {}
         self.rejections: Counter[str] = Counter()
         self.rejected: list[tuple[Record | None, Record]] = []  # (command if readable, Rejected record)
+        self.quarantined: list[tuple[str, str, str]] = []  # (code, command type, run id) of each command kept
         self.archive_requests: list[tuple[str, str, str]] = []
         self.archives: dict[str, list[Record]] = {}  # uri -> the archived history
         self._requests = 0
-        self._outbox = _EngineOutbox(self)
+        self._outbox = EngineOutbox(self)
 
     # -- the commands log ---------------------------------------------------------------------------------------
 
@@ -124,7 +131,7 @@ class InMemoryEngine:
                 end = len(shard.log)  # one bounded batch per shard per round
                 while shard.offset < end:
                     self._process(shard, shard.log[shard.offset])
-                    shard.offset += 1  # after the commit: a decision that raised is retried, never skipped
+                    shard.offset += 1  # after the commit: a decision that raised is retried (then quarantined)
                     processed += 1
             if processed > MAX_COMMANDS_PER_RUN:
                 raise RuntimeError(f"more than {MAX_COMMANDS_PER_RUN} commands without becoming idle: a loop")
@@ -144,14 +151,54 @@ class InMemoryEngine:
             return
         owned = shard.workflows.get(key)
         workflow = copy.deepcopy(owned) if owned is not None else Workflow(*key)
-        step = decide(workflow, command, self.clock.now_ms, self.config, offset=shard.offset)
+        try:
+            step = decide(workflow, command, self.clock.now_ms, self.config, offset=shard.offset)
+            if step.rejection is not None:
+                workflow = owned if owned is not None else Workflow(*key)  # a rejection changes nothing
+            else:
+                self._stage(shard, workflow, step)
+            for action in step.actions:
+                perform(workflow, action, self._outbox)
+        except RecordTooLarge as exc:
+            self._outbox.discard()
+            self._fail(shard, command, "TOO_LARGE", type(exc).__name__, str(exc))
+            return
+        except Exception as exc:
+            self._outbox.discard()
+            if shard.failed_at != shard.offset:
+                shard.failed_at = shard.offset
+                raise
+            self._fail(shard, command, "INTERNAL", type(exc).__name__, f"{type(exc).__name__}: {exc}")
+            return
+        shard.failed_at = None
         if step.rejection is not None:
             self._record_rejection(command, step.rejection)
-            workflow = owned if owned is not None else Workflow(*key)  # a rejection changes nothing
-        else:
-            self._commit(shard, workflow, step)
-        for action in step.actions:
-            perform(workflow, action, self._outbox)
+        self._outbox.commit()
+
+    def _fail(self, shard: Shard, command: Record, code: str, error_type: str, message: str) -> None:
+        """Reject a command whose processing failed, after keeping it in its run when nobody was told."""
+        shard.failed_at = None
+        key = (command["namespace"], command["workflow_id"])
+        run_id = None
+        if quarantinable(command, code):
+            owned = shard.workflows.get(key)
+            workflow = copy.deepcopy(owned) if owned is not None else Workflow(*key)
+            try:
+                step = quarantine(workflow, command, shard.offset, code, error_type, message, self.clock.now_ms,
+                                  self.config)
+                if step is not None:
+                    self._stage(shard, workflow, step)
+                    for action in step.actions:
+                        perform(workflow, action, self._outbox)
+                    run_id = step.changed_runs[0]
+            except Exception:  # noqa: BLE001 - e.g. the state record would be too large: the rejection stands
+                run_id = None
+            if run_id is None:
+                self._outbox.discard()
+            else:
+                self._outbox.commit()
+                self.quarantined.append((code, wire.short_name(command["body"][0]), run_id))
+        self._reject(command, code, message if run_id is None else quarantined_message(message, run_id))
 
     def _read(self, data: bytes) -> Record | None:
         try:
@@ -164,28 +211,34 @@ class InMemoryEngine:
             return None
         return command
 
-    def _commit(self, shard: Shard, workflow: Workflow, step: Step) -> None:
+    def _stage(self, shard: Shard, workflow: Workflow, step: Step) -> None:
+        """Encode what the step writes (history, state, the current-run pointer) and stage it in the outbox, to be
+        committed with the step's actions; a record that cannot be written raises here, before anything changed."""
         key = (workflow.namespace, workflow.workflow_id)
-        if workflow.runs or workflow.current is not None:
-            shard.workflows[key] = workflow
-        else:
-            shard.workflows.pop(key, None)
+        outbox = self._outbox
         for run_id, event in step.events:
-            run = (*key, run_id)
-            data = codec.encode(wire.HISTORY_EVENT, event)
-            self.histories.setdefault(run, []).append(codec.decode(data)[1])
-            self.history_bytes[run] = self.history_bytes.get(run, 0) + len(data)
+            data = outbox.encoded("history", wire.HISTORY_EVENT, event)
+            outbox.add_event((*key, run_id), codec.decode(data)[1], len(data))
+        states: dict[str, bytes | None] = {}
         for run_id in step.changed_runs:
             state = workflow.runs.get(run_id)
-            if state is None:
-                shard.state.pop(run_key(*key, run_id), None)
-            else:
-                shard.state[run_key(*key, run_id)] = encode_run(state)
+            states[run_key(*key, run_id)] = None if state is None else outbox.checked("state", encode_run(state))
         if step.pointer_changed:
-            if workflow.current is None:
-                shard.state.pop(workflow_key(*key), None)
+            current = workflow.current
+            states[workflow_key(*key)] = None if current is None else outbox.checked("state", encode_current(current))
+
+        def commit() -> None:
+            if workflow.runs or workflow.current is not None:
+                shard.workflows[key] = workflow
             else:
-                shard.state[workflow_key(*key)] = encode_current(workflow.current)
+                shard.workflows.pop(key, None)
+            for state_key, value in states.items():
+                if value is None:
+                    shard.state.pop(state_key, None)
+                else:
+                    shard.state[state_key] = value
+
+        outbox.later(commit)
 
     # -- rejections ---------------------------------------------------------------------------------------------
 
@@ -193,8 +246,8 @@ class InMemoryEngine:
         body = wire.rejected(code, message)
         self._record_rejection(command, body[1])
         if command["reply_partition"] is not None:
-            perform(None, Reply(command["request_id"], command["reply_partition"], command["namespace"],
-                                command["workflow_id"], body), self._outbox)
+            self._perform_now(Reply(command["request_id"], command["reply_partition"], command["namespace"],
+                                    command["workflow_id"], body))
 
     def _record_rejection(self, command: Record | None, rejected: Record) -> None:
         self.rejections[rejected["code"]] += 1
@@ -208,16 +261,15 @@ class InMemoryEngine:
         request_id, partition = fields.get("request_id"), fields.get("reply_partition")
         if isinstance(request_id, str) and isinstance(partition, int):
             ns, wf = fields.get("namespace"), fields.get("workflow_id")
-            perform(None, Reply(request_id, partition, ns if isinstance(ns, str) else "",
-                                wf if isinstance(wf, str) else "", body), self._outbox)
+            self._perform_now(Reply(request_id, partition, ns if isinstance(ns, str) else "",
+                                    wf if isinstance(wf, str) else "", body))
 
-    # -- actions ------------------------------------------------------------------------------------------------
+    def _perform_now(self, action: Action) -> None:
+        """Perform an answer given outside any step (a refusal, a worker's query answer), committed at once."""
+        perform(None, action, self._outbox)
+        self._outbox.commit()
 
     # -- time ---------------------------------------------------------------------------------------------------
-
-    def _find_timer(self, key: TimerKey) -> int | None:
-        i = bisect.bisect_left(self.timers, key)
-        return i if i < len(self.timers) and self.timers[i] == key else None
 
     def _fire(self, key: TimerKey) -> None:
         """Turn a due deadline into a FireTimer command for its workflow; `run_until_idle` processes it."""
@@ -342,8 +394,8 @@ class InMemoryEngine:
     def answer_query(self, task: Record, result: Sequence[Record] = (), failure: Record | str | None = None) -> None:
         """Answer a QueryTask on the replies topic, as a worker does, keyed by the query's request id."""
         body = {"result": list(result), "failure": None if failure is None else _failure(failure)}
-        perform(None, Reply(task["request_id"], task["reply_partition"], task["namespace"],
-                            task["workflow_id"], (wire.QUERY_RESULT, body)), self._outbox)
+        self._perform_now(Reply(task["request_id"], task["reply_partition"], task["namespace"],
+                                task["workflow_id"], (wire.QUERY_RESULT, body)))
 
     def respond(self, task: Record, name: str, body: Record, identity: str = "worker") -> Record | None:
         """Answer a task with any command (`name` with or without its `ostinato.command.` namespace), as an SDK
@@ -390,6 +442,13 @@ class InMemoryEngine:
             "query_type": query_type, "query_args": list(args), "deadline_ms": self.clock.now_ms + timeout_ms},
             run_id=run_id, request_id=request_id, identity="client")
         return request_id
+
+    def redrive(self, namespace: str, workflow_id: str, reason: str = "", *, run_id: str = "",
+                identity: str = "client") -> Record | None:
+        """Decide the run's quarantined commands again (once the bug that failed them is fixed); the reply's body is
+        a `Redriven` record with one outcome per command."""
+        return self._send(namespace, workflow_id, "RedriveWorkflowExecution", {"reason": reason}, run_id=run_id,
+                          identity=identity)
 
     def archive_completed(self, namespace: str, workflow_id: str, run_id: str, uri: str = "") -> Record | None:
         """Play the archiver: store the closed run's history under `uri` and confirm it to the owner."""
@@ -444,69 +503,6 @@ class InMemoryEngine:
                      "reply_partition": 0, "body": (wire.command_type(name), body)})
         self.run_until_idle()
         return self.reply(request_id)
-
-
-class _EngineOutbox:
-    """The in-memory engine's `Outbox`: records into its queues and dictionaries, encoded and decoded on the way
-    so each must fit its schema as on Kafka."""
-
-    def __init__(self, engine: InMemoryEngine) -> None:
-        self._engine = engine
-
-    def config(self, namespace: str) -> Config:
-        return self._engine.config
-
-    def history(self, run: RunState) -> Sequence[Record]:
-        return self._engine.histories.get((run.namespace, run.workflow_id, run.run_id), [])
-
-    def history_size(self, run: RunState) -> int:
-        return self._engine.history_bytes.get((run.namespace, run.workflow_id, run.run_id), 0)
-
-    def command(self, command: Record) -> None:
-        self._engine.submit(command)
-
-    def reply(self, reply_partition: int, request_id: str, reply: Record) -> None:
-        self._engine.replies[request_id] = _wire(wire.REPLY, reply)
-
-    def workflow_task(self, task_queue: str, namespace: str, workflow_id: str, type_name: str, task: Record) -> None:
-        _queue(self._engine.workflow_tasks, task_queue).append(codec.encode(type_name, task))
-
-    def activity_task(self, task_queue: str, namespace: str, workflow_id: str, activity_id: str,
-                      task: Record) -> None:
-        _queue(self._engine.activity_tasks, task_queue).append(codec.encode(wire.ACTIVITY_TASK, task))
-
-    def visibility(self, run: RunState, record: Record) -> None:
-        self._engine.visibility[(run.namespace, run.workflow_id, run.run_id)] = _wire(wire.VISIBILITY, record)
-
-    def timer(self, namespace: str, workflow_id: str, deadline: Deadline, scheduled: bool) -> None:
-        engine, key = self._engine, _timer_key(namespace, workflow_id, deadline)
-        i = engine._find_timer(key)
-        if scheduled and i is None:
-            bisect.insort(engine.timers, key)
-        elif not scheduled and i is not None:  # a deadline that just fired is already out of the index
-            del engine.timers[i]
-
-    def delete_run(self, namespace: str, workflow_id: str, run_id: str) -> None:
-        run = (namespace, workflow_id, run_id)
-        self._engine.histories.pop(run, None)
-        self._engine.history_bytes.pop(run, None)
-        self._engine.visibility.pop(run, None)
-
-    def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
-        self._engine.archive_requests.append((namespace, workflow_id, run_id))
-
-
-def _timer_key(namespace: str, workflow_id: str, d: Deadline) -> TimerKey:
-    return (d.fire_at_ms, namespace, workflow_id, d.run_id, d.kind, d.timer_id, d.scheduled_event_id, d.attempt)
-
-
-def _queue(queues: dict[str, deque[bytes]], name: str) -> deque[bytes]:
-    return queues.setdefault(name, deque())
-
-
-def _wire(type_name: str, record: Record) -> Record:
-    """The record as a reader of its topic sees it: encoded (so it must fit its schema) and decoded."""
-    return codec.decode(codec.encode(type_name, record))[1]
 
 
 def _full_name(name: str) -> str:

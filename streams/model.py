@@ -130,6 +130,8 @@ class RunState:
     patches: list[str] = field(default_factory=list)
     recent_request_ids: list[str] = field(default_factory=list)
     archive_uri: str = field(default="", metadata=EPHEMERAL)  # learned after the close event, never in history
+    # Commands whose processing failed, each an `ostinato.state.QuarantinedCommand` record (streams/quarantine.py).
+    quarantine: list[Record] = field(default_factory=list, metadata=EPHEMERAL)
 
     @property
     def open(self) -> bool:

@@ -34,9 +34,19 @@ from ostinato.streams.model import RunState, Workflow
 Record = dict[str, Any]
 
 
+class RecordTooLarge(Exception):
+    """A record over the limit Kafka enforces (`schemas.topics.MAX_RECORD_BYTES`). An `Outbox` raises it before it
+    writes anything, so the command that caused it can be rejected alone (`TOO_LARGE`)."""
+
+    def __init__(self, topic: str, size: int, limit: int) -> None:
+        super().__init__(f"a {topic} record of {size} bytes exceeds the {limit}-byte record limit")
+        self.size = size
+        self.limit = limit
+
+
 class Outbox(Protocol):
     """Where a shell puts what the actions of one step produce. Records are given by type name (`schemas.wire`)
-    and content; the shell encodes and addresses them."""
+    and content; the shell encodes and addresses them, and raises `RecordTooLarge` for one over the limit."""
 
     def config(self, namespace: str) -> Config:
         """The settings that apply to runs of `namespace`."""
@@ -88,7 +98,13 @@ def perform(workflow: Workflow | None, action: Action, outbox: Outbox) -> None:
     """Carry out one action into `outbox`. `workflow` is the workflow the step was about (None for an answer
     given outside any workflow, such as a malformed command's rejection)."""
     if isinstance(action, Reply):
-        outbox.reply(action.reply_partition, action.request_id, records.reply_record(action))
+        reply = records.reply_record(action)
+        if action.eager_activities or action.eager_workflow_task is not None:
+            if workflow is None:
+                raise ValueError("a reply handing over work needs the workflow it belongs to")
+            reply["activity_tasks"] = _eager_tasks(workflow, action, outbox)
+            reply["workflow_task"] = _eager_workflow_task(workflow, action.eager_workflow_task, outbox)
+        _reply_within_limit(action, reply, outbox)
     elif isinstance(action, SendCommand):
         outbox.command(action.command)
     elif isinstance(action, ScheduleTimer | CancelTimer):
@@ -103,6 +119,54 @@ def perform(workflow: Workflow | None, action: Action, outbox: Outbox) -> None:
         _perform_on_run(workflow, action, outbox)
 
 
+def _reply_within_limit(action: Reply, reply: Record, outbox: Outbox) -> None:
+    """A reply handing over work must fit one record: first the eager workflow task goes without its events (the
+    worker reads them from history, as for the topic), then the eager activities are left out (already started
+    for the worker, they retry after their start-to-close timeout). The answer itself always goes."""
+    try:
+        outbox.reply(action.reply_partition, action.request_id, reply)
+        return
+    except RecordTooLarge:
+        if not reply.get("activity_tasks") and reply.get("workflow_task") is None:
+            raise
+    task = reply.get("workflow_task")
+    if task is not None:
+        reply["workflow_task"] = records.without_events(task, action.eager_workflow_task is not None
+                                                        and action.eager_workflow_task.transient)
+        try:
+            outbox.reply(action.reply_partition, action.request_id, reply)
+            return
+        except RecordTooLarge:
+            pass
+    reply["activity_tasks"] = []
+    outbox.reply(action.reply_partition, action.request_id, reply)
+
+
+def _eager_tasks(workflow: Workflow, action: Reply, outbox: Outbox) -> list[Record]:
+    """The ActivityTask records of the activities started for the replying worker, built as for the topic."""
+    tasks = []
+    for eager in action.eager_activities:
+        run = workflow.runs.get(eager.run_id)
+        if run is None:
+            continue
+        dispatch = DispatchActivityTask(run.namespace, run.workflow_id, run.run_id, eager.scheduled_event_id,
+                                        eager.attempt)
+        task = records.activity_task(run, dispatch, outbox.history(run))
+        if task is not None:  # None: the same completion already ended it (the run closed)
+            tasks.append(task)
+    return tasks
+
+
+def _eager_workflow_task(workflow: Workflow, action: DispatchWorkflowTask | None, outbox: Outbox) -> Record | None:
+    """The WorkflowTask record for the worker that caches the run, built as for the topic."""
+    if action is None:
+        return None
+    run = workflow.runs.get(action.run_id)
+    if run is None:
+        return None
+    return records.workflow_task(run, action, outbox.history(run), outbox.config(run.namespace))
+
+
 def _perform_on_run(workflow: Workflow, action: Action, outbox: Outbox) -> None:
     """The actions whose records are built from the run's state and history; a run gone within the same step
     (deleted) produces nothing."""
@@ -114,7 +178,13 @@ def _perform_on_run(workflow: Workflow, action: Action, outbox: Outbox) -> None:
     if isinstance(action, DispatchWorkflowTask):
         task = records.workflow_task(run, action, outbox.history(run), outbox.config(ns))
         if task is not None:
-            outbox.workflow_task(action.task_queue, ns, wf, wire.WORKFLOW_TASK, task)
+            try:
+                outbox.workflow_task(action.task_queue, ns, wf, wire.WORKFLOW_TASK, task)
+            except RecordTooLarge:
+                # The events since the previous task (signals of 200 KiB, say) do not fit one record: the task goes
+                # without them, marked so, and the worker reads them from history. Never a task that cannot go.
+                lean = records.without_events(task, action.transient)
+                outbox.workflow_task(action.task_queue, ns, wf, wire.WORKFLOW_TASK, lean)
     elif isinstance(action, DispatchActivityTask):
         activity = records.activity_task(run, action, outbox.history(run))
         if activity is not None:

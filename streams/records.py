@@ -66,8 +66,15 @@ def _task_record(run: RunState, action: DispatchWorkflowTask, events: Sequence[R
         "scheduled_event_id": action.scheduled_event_id, "started_event_id": action.started_event_id,
         "attempt": action.attempt, "previous_started_event_id": action.previous_started_event_id,
         "events": list(events), "history_length": history_length, "suggest_continue_as_new": suggest,
-        "scheduled_time_ms": scheduled_time_ms, "deadline_ms": deadline_ms,
+        "scheduled_time_ms": scheduled_time_ms, "deadline_ms": deadline_ms, "events_omitted": False,
     }
+
+
+def without_events(task: Record, transient: bool) -> Record:
+    """The WorkflowTask record without the events history has (`events_omitted`), for when they would make it larger
+    than a record may be. A transient attempt keeps its scheduled/started events: they are not in history (they are
+    small, and written only if the attempt completes), and the worker's fetched history ends just before them."""
+    return {**task, "events": task["events"][-2:] if transient else [], "events_omitted": True}
 
 
 def activity_task(run: RunState, action: DispatchActivityTask, history: Sequence[Record]) -> Record | None:

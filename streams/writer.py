@@ -7,12 +7,19 @@ runs, and at the end derives the timer actions from how each run's deadlines mov
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.streams import events as ev
-from ostinato.streams.actions import Action, CancelTimer, Reply, ScheduleTimer
+from ostinato.streams.actions import (
+    Action,
+    CancelTimer,
+    DispatchWorkflowTask,
+    EagerActivity,
+    Reply,
+    ScheduleTimer,
+)
 from ostinato.streams.appliers import CURRENT_VERSION, apply
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import deadlines
@@ -44,6 +51,8 @@ class Writer:
         self._pointer = _pointer_key(workflow)
         self._lost_transient: dict[str, int] = {}  # run id -> attempt of a transient task invalidated by an event
         self.wake_after: set[str] = set()  # runs that need a new workflow task once the current one completes
+        self.eager_activities: list[EagerActivity] = []  # started for the answering worker, sent in the reply
+        self.eager_workflow_task: DispatchWorkflowTask | None = None  # for the answering worker, in the reply
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -104,14 +113,31 @@ class Writer:
     # -- actions and answers -------------------------------------------------------------------------------------
 
     def act(self, action: Action) -> None:
+        if isinstance(action, DispatchWorkflowTask) and self._wants_eager_task(action):
+            self.eager_workflow_task = action  # goes out in the reply (`reply`), not on the task topic
+            return
         self.step.actions.append(action)
 
+    def _wants_eager_task(self, action: DispatchWorkflowTask) -> bool:
+        """The answering worker caches this run and waits for a reply: hand it the run's next task directly."""
+        body = self.command["body"][1]
+        return (self.answered and self.eager_workflow_task is None and not action.transient
+                and isinstance(body, dict) and bool(body.get("request_eager_workflow_task"))
+                and action.run_id == self.command.get("run_id"))
+
     def reply(self, body: tuple[str, Record]) -> None:
-        """Answer the command's sender, if it waits for an answer."""
+        """Answer the command's sender, if it waits for an answer (with any activities started for it)."""
         partition = self.command.get("reply_partition")
         if partition is not None:
             self.act(Reply(self.command["request_id"], partition, self.command["namespace"],
-                           self.command["workflow_id"], body))
+                           self.command["workflow_id"], body, tuple(self.eager_activities),
+                           self.eager_workflow_task))
+            self.eager_workflow_task = None
+
+    @property
+    def answered(self) -> bool:
+        """Whether the sender waits for a reply (so work can be handed back in it)."""
+        return self.command.get("reply_partition") is not None
 
     def reject(self, code: str, message: str, existing_run_id: str = "") -> Step:
         """Change nothing, record why, and tell the sender."""
@@ -123,6 +149,13 @@ class Writer:
 
     def accept(self, run_id: str = "", cancel_requested: bool = False) -> None:
         self.reply((wire.ACCEPTED, {"run_id": run_id, "cancel_requested": cancel_requested}))
+
+    def _attach_eager_task(self, task: DispatchWorkflowTask) -> None:
+        for i, action in enumerate(self.step.actions):
+            if isinstance(action, Reply) and action.request_id == self.command["request_id"]:
+                self.step.actions[i] = replace(action, eager_workflow_task=task)
+                return
+        self.step.actions.append(task)  # no reply after all: the task topic carries it
 
     # -- the end of a command --------------------------------------------------------------------------------------
 
@@ -136,6 +169,9 @@ class Writer:
         for run_id in list(self._before):
             if run_id in self.workflow.runs:
                 enforce_history_limit(self, run_id)
+        if self.eager_workflow_task is not None:  # a task diverted after the reply went out: add it to the reply
+            self._attach_eager_task(self.eager_workflow_task)
+            self.eager_workflow_task = None
         for run_id, before in self._before.items():
             run = self.workflow.runs.get(run_id)
             after = deadlines(run, self.config) if run is not None else set()

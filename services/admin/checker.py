@@ -431,7 +431,7 @@ def read_history_partitions(bootstrap: str, prefix: str,
     """
     topic = topic_name(prefix, Topic.HISTORY)
     ends = _high_watermarks(bootstrap, topic, timeout)
-    consumer = reader(bootstrap, "ostinato-checker")
+    consumer = reader(bootstrap, f"{prefix}-checker")  # its group is in the auditor's ACLs (docs/security.md)
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
         reached = dict.fromkeys(ends, 0)  # the next offset to read, per partition

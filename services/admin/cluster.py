@@ -76,7 +76,7 @@ def _read_settings(admin: AdminClient, bootstrap: str, prefix: str, timeout: flo
         return None
     # Settings are written outside transactions; reading uncommitted keeps a hung transaction of another writer
     # of this topic (shard ownership) from stalling every reader at its last stable offset.
-    consumer = reader(bootstrap, "ostinato-cluster-reader", isolation="read_uncommitted")
+    consumer = reader(bootstrap, f"{prefix}-cluster-reader", isolation="read_uncommitted")
     try:
         tp = TopicPartition(topic, 0)
         _, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)

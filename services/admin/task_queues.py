@@ -10,15 +10,11 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 
 from ostinato.kafka.clients import base_config
+from ostinato.kafka.task_topics import worker_group
 from ostinato.schemas.topics import TaskKind, task_queue_problem, task_topic_name
 
 TIMEOUT_S = 10.0
 SCAN_LIMIT = 10_000  # tasks counted one by one per partition before estimating
-
-
-def worker_group(prefix: str, queue: str) -> str:
-    """The consumer group SDK workers of `queue` join (sdk/_kafka_worker.py names it the same way)."""
-    return f"{prefix}-worker-{queue}"
 
 
 def describe_task_queue(bootstrap: str, prefix: str, queue: str) -> dict[str, Any]:

@@ -13,9 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ostinato.infra import defaults
-from ostinato.kafka.clients import KafkaUnavailable
+from ostinato.kafka.clients import KafkaConfigError, KafkaUnavailable
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.checker import CheckerError, CheckReport, check_history
+from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -47,6 +48,7 @@ EXIT_PROBLEMS, EXIT_CANNOT_CHECK = 1, 2
 @app.command("history")
 def history(
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
+    kafka_config: KafkaConfigOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     output: OutputOpt = Output.TABLE,
     timeout: TimeoutOpt = 30.0,
@@ -58,8 +60,9 @@ def history(
     that no key is written twice and that each workflow's records sit on its shard.
     """
     try:
+        use_kafka_config(kafka_config)
         report = check_history(kafka, prefix, timeout)
-    except (CheckerError, KafkaUnavailable) as exc:
+    except (CheckerError, KafkaUnavailable, KafkaConfigError) as exc:
         err_console.print("[bold red]error:[/bold red]", Text(str(exc)), highlight=False)
         raise typer.Exit(EXIT_CANNOT_CHECK) from None
     if output is Output.JSON:

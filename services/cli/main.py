@@ -19,10 +19,12 @@ from rich.text import Text
 from ostinato.infra import defaults
 from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import KafkaCluster, fetch
-from ostinato.kafka.clients import KafkaUnavailable
+from ostinato.kafka.clients import KafkaConfigError, KafkaUnavailable
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster
+from ostinato.services.cli.acl import app as acl_app
 from ostinato.services.cli.check import app as check_app
+from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 from ostinato.services.cli.replay import replay as replay_command
 from ostinato.services.cli.visibility import app as visibility_app
 from ostinato.services.cli.workflow import app as workflow_app
@@ -49,6 +51,7 @@ app.add_typer(workflow_app, name="workflow")
 app.add_typer(task_queue_app, name="task-queue")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(visibility_app, name="visibility")
+app.add_typer(acl_app, name="acl")
 app.command("replay")(replay_command)
 infra_app.add_typer(kafka_app, name="kafka")
 infra_app.add_typer(opensearch_app, name="opensearch")
@@ -84,11 +87,13 @@ def cluster_init(
     replication_factor: Annotated[int | None, typer.Option(help="Default: min(3, brokers).")] = None,
     reply_partitions: Annotated[int | None, typer.Option(help="Partitions of the replies topic.")] = None,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
+    kafka_config: KafkaConfigOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     output: OutputOpt = Output.TABLE,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Create every topic and record the cluster settings. Safe to repeat; the shard count cannot change."""
+    use_kafka_config(kafka_config)
     result = init_cluster(kafka, prefix, shards, replication_factor, reply_partitions, timeout=timeout)
     if output is Output.JSON:
         _print_json(dataclasses.asdict(result))
@@ -103,9 +108,11 @@ def cluster_init(
 
 
 @cluster_app.command("status")
-def cluster_status_cmd(kafka: KafkaOpt = DEFAULT_BOOTSTRAP, prefix: PrefixOpt = DEFAULT_PREFIX,
-                       output: OutputOpt = Output.TABLE, timeout: TimeoutOpt = 15.0) -> None:
+def cluster_status_cmd(kafka: KafkaOpt = DEFAULT_BOOTSTRAP, kafka_config: KafkaConfigOpt = None,
+                       prefix: PrefixOpt = DEFAULT_PREFIX, output: OutputOpt = Output.TABLE,
+                       timeout: TimeoutOpt = 15.0) -> None:
     """Brokers, shard count and topics of the cluster."""
+    use_kafka_config(kafka_config)
     status = cluster_status(kafka, prefix, timeout=timeout)
     if output is Output.JSON:
         _print_json(dataclasses.asdict(status))
@@ -147,6 +154,7 @@ def _human_ms(value: str) -> str:
 @app.command()
 def server(
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
+    kafka_config: KafkaConfigOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     host: Annotated[str, typer.Option(envvar="OSTINATO_HOST")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option(envvar="OSTINATO_PORT")] = DEFAULT_API_PORT,
@@ -182,6 +190,7 @@ def server(
     from ostinato.services.server import load_context, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    use_kafka_config(kafka_config)
     try:
         auth = Auth.load(auth_config) if auth_config is not None else None
     except AuthConfigError as exc:
@@ -203,14 +212,17 @@ def worker(
     server: Annotated[str, typer.Option("--server", envvar="OSTINATO_SERVER",
                                         help="The Ostinato API.")] = f"http://{DEFAULT_HOST}:{DEFAULT_API_PORT}",
     namespace: Annotated[str, typer.Option("--namespace", "-n", envvar="OSTINATO_NAMESPACE")] = "default",
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
-    """Run a worker (workflows and activities of one task queue) until Ctrl-C; running activities finish first."""
+    """Run a worker (workflows and activities of one task queue) until Ctrl-C; running activities finish first.
+    Its Kafka credentials come from --kafka-config or OSTINATO_KAFKA_* (the server never hands any out)."""
     import asyncio
 
     from ostinato.sdk.exceptions import RPCError
     from ostinato.sdk.run import WorkerTargetError, run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    use_kafka_config(kafka_config)
     try:
         asyncio.run(run(target, server, namespace))
     except (WorkerTargetError, RPCError) as exc:
@@ -234,11 +246,17 @@ def dev(
     with_s3: Annotated[bool, typer.Option("--with-s3", help="Also run a local S3 (s3proxy).")] = False,
     opensearch_port: Annotated[int, typer.Option(help="OpenSearch HTTP port.")] = defaults.OPENSEARCH_PORT,
     s3_port: Annotated[int, typer.Option(help="S3 port.")] = defaults.S3_PORT,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
-    """Start a local Kafka (or use OSTINATO_KAFKA), initialise the cluster and run the server on port 7243."""
+    """Start a local Kafka (or use OSTINATO_KAFKA), initialise the cluster and run the server on port 7243.
+    --kafka-config is for a broker of your own (OSTINATO_KAFKA): the local one has no SASL."""
     if ctx.invoked_subcommand is not None:
         return
     import os
+
+    if use_kafka_config(kafka_config) and not os.environ.get("OSTINATO_KAFKA"):
+        raise KafkaConfigError("Kafka security settings (--kafka-config, OSTINATO_KAFKA_*) need a broker of your own "
+                               "(OSTINATO_KAFKA): the local broker of `ostinato dev` speaks PLAINTEXT")
 
     from ostinato.services.cli.dev import DevOptions, dev_home, run_detached, run_foreground
 
@@ -303,11 +321,17 @@ def kafka_start(
     home: KafkaHomeOpt = _DEFAULT_KAFKA_HOME,
     nodes: Annotated[int, typer.Option(help="1 for development, 3 for fault tests.")] = 1,
     port: Annotated[int, typer.Option(help="Port of node 1 (node i uses port+i-1).")] = defaults.KAFKA_PORT,
+    sasl: Annotated[bool | None, typer.Option(
+        "--sasl/--no-sasl", help="SASL_PLAINTEXT (SCRAM-SHA-512/256) with ACLs enforced instead of PLAINTEXT; fixed "
+                                 "when the cluster is first started (default: as recorded, else PLAINTEXT).")] = None,
 ) -> None:
     """Start a local KRaft cluster and wait until every broker answers."""
     started = time.monotonic()
-    cluster = KafkaCluster(home, nodes=nodes, port=port).start()
+    cluster = KafkaCluster(home, nodes=nodes, port=port, sasl=sasl).start()
     console.print(f"Kafka ready on {cluster.bootstrap} in {time.monotonic() - started:.1f}s (home {home})")
+    if cluster.layout.sasl:
+        console.print(f"SASL/SCRAM with ACLs: the super user's settings are in {cluster.admin_properties} (pass it "
+                      "as --kafka-config; `ostinato acl` makes users and grants roles)", highlight=False)
 
 
 @kafka_app.command("stop")
@@ -440,7 +464,7 @@ def main() -> None:
     """Entry point: expected failures print one clear line, never a stack trace."""
     try:
         app()
-    except (InfraError, ClusterError, KafkaUnavailable) as exc:
+    except (InfraError, ClusterError, KafkaUnavailable, KafkaConfigError) as exc:
         err_console.print("[bold red]error:[/bold red]", Text(str(exc)), highlight=False)
         sys.exit(1)
     except KeyboardInterrupt:

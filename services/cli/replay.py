@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from ostinato.schemas.topics import DEFAULT_PREFIX
+from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -69,6 +70,7 @@ def replay(
         "--archive", help="s3://bucket/prefix: replay every archived run (.avro) below it; repeatable. S3 settings "
                           "from OSTINATO_S3_ENDPOINT/_ACCESS_KEY/_SECRET_KEY or boto3's chain.")] = None,
     kafka: Annotated[str, typer.Option("--kafka", envvar="OSTINATO_KAFKA")] = "127.0.0.1:9092",
+    kafka_config: KafkaConfigOpt = None,
     prefix: Annotated[str, typer.Option("--prefix", envvar="OSTINATO_TOPIC_PREFIX")] = DEFAULT_PREFIX,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
 ) -> None:
@@ -98,6 +100,7 @@ def replay(
     if from_kafka:
         from ostinato.services.admin.checker import check_runs, read_history
 
+        use_kafka_config(kafka_config)
         report = check_runs(read_history(kafka, prefix))
         for (ns, wf, run_id), events in sorted(report.histories.items()):
             if not events or events[0]["attributes"][1]["workflow_type"] not in replayer.definitions:

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.cli.check import DEFAULT_BOOTSTRAP, KafkaOpt, PrefixOpt
+from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 
 app = typer.Typer(help="The visibility store behind list and count.", no_args_is_help=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -18,6 +19,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 @app.command("rebuild")
 def rebuild(
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
+    kafka_config: KafkaConfigOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     opensearch_url: Annotated[str, typer.Option("--opensearch-url", envvar="OSTINATO_OPENSEARCH_URL",
                                                 help="The OpenSearch the servers index into.")] = "",
@@ -30,6 +32,7 @@ def rebuild(
             "itself: stop the server, delete <data-dir>/<prefix>/visibility.sqlite and start it again; it replays "
             "the topic from offset 0.")
         raise typer.Exit(2)
+    use_kafka_config(kafka_config)
     from ostinato.connectors.visibility_opensearch import (
         OpenSearchUnavailableError,
         OpenSearchVisibilityStore,

@@ -1,5 +1,10 @@
 """`ostinato workflow ...`: drive workflows through the JSON API, readable tables by default, `-o json` for
-scripts. Exit status 1 on an API error (its code and message printed), 2 when the server cannot be reached."""
+scripts. Exit status 1 on an API error (its code and message printed), 2 when the server cannot be reached or an
+option is invalid (e.g. `--input '{bad'`, which looks like JSON but does not parse).
+
+Reads survive ownership changes: redirects are followed by hand, and a redirect to an owner that does not answer or
+a 503 (its `Retry-After` honoured) is retried by asking `--server` again, which redirects to the new owner once
+there is one, for up to `RETRY_S`. Commands are not retried (a refused one may still have been applied)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
+from email.message import Message
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +31,12 @@ NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", envvar="OSTINATO
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table or json.")]
 RunOpt = Annotated[str, typer.Option("--run-id", help="A specific run (default: the current one).")]
 DEFAULT_SERVER = "http://127.0.0.1:7243"
+RETRY_S = 60.0  # how long a read retries while no server can serve it (an owner died, a shard moves)
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+RETRY_AFTER_MAX_S = 10.0
+MAX_REDIRECTS = 3  # the API needs one (to the shard's owner)
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class ApiError(Exception):
@@ -34,23 +46,87 @@ class ApiError(Exception):
         self.body = body
 
 
+class _Unavailable(Exception):
+    """An attempt a later one may answer: a 503 (`error`), or an owner that did not answer (the message)."""
+
+    def __init__(self, why: str, *, error: ApiError | None = None, retry_after: float = 0.0) -> None:
+        super().__init__(why)
+        self.error = error
+        self.retry_after = retry_after
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 3xx arrives as an HTTPError and is followed by hand, so a failure names the right host
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _call(server: str, method: str, path: str, body: Any = None, timeout: float = 70.0) -> Any:
+    """One API call: the JSON answer; ApiError for an error answer; exit 2 when `server` cannot be reached. A GET
+    (a read) that no server can serve right now is retried for up to `RETRY_S` from the first failure."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server.rstrip("/") + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
+    deadline = 0.0
+    pause = RETRY_FIRST_S
+    while True:
         try:
-            detail = json.loads(exc.read())
-        except ValueError:
-            detail = {"code": str(exc.code), "message": exc.reason}
-        raise ApiError(exc.code, detail) from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        err_console.print(f"[red]error:[/red] cannot reach the Ostinato API at {server}: {exc}. Is `ostinato dev` "
-                          "or `ostinato server` running? (--server or OSTINATO_SERVER)", highlight=False)
-        raise typer.Exit(2) from None
+            return _attempt(server, method, path, data, timeout)
+        except _Unavailable as why:
+            now = time.monotonic()
+            deadline = deadline or now + RETRY_S
+            if method == "GET" and now < deadline:
+                time.sleep(min(deadline - now, max(pause, why.retry_after)))
+                pause = min(RETRY_MAX_S, pause * 2)
+                continue
+            if why.error is not None:
+                raise why.error from None
+            err_console.print(f"[red]error:[/red] {why}; retried for {RETRY_S:.0f}s", highlight=False)
+            raise typer.Exit(2) from None
+
+
+def _attempt(server: str, method: str, path: str, data: bytes | None, timeout: float) -> Any:
+    url, by = server.rstrip("/") + path, ""  # `by`: the server that redirected to `url`
+    for _ in range(MAX_REDIRECTS + 1):
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with _OPENER.open(request, timeout=timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            location = exc.headers.get("Location", "")
+            if exc.code in REDIRECTS and location and method == "GET":
+                by, url = _origin(url), urllib.parse.urljoin(url, location)
+                continue
+            try:
+                detail = json.loads(exc.read())
+            except ValueError:
+                detail = {"code": str(exc.code), "message": exc.reason}
+            error = ApiError(exc.code, detail if isinstance(detail, dict) else {"message": str(detail)})
+            if exc.code == 503:
+                raise _Unavailable(str(error), error=error, retry_after=_retry_after(exc.headers)) from None
+            raise error from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if not by:  # the server the user named: say so at once
+                err_console.print(f"[red]error:[/red] cannot reach the Ostinato API at {server}: {reason}. Is "
+                                  "`ostinato dev` or `ostinato server` running? (--server or OSTINATO_SERVER)",
+                                  highlight=False)
+                raise typer.Exit(2) from None
+            raise _Unavailable(f"the shard's owner at {_origin(url)} (where {by} redirected the request) did not "
+                               f"answer: {reason}") from None
+    raise _Unavailable(f"more than {MAX_REDIRECTS} redirects from {server}, the last to {_origin(url)}")
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _retry_after(headers: Message) -> float:
+    try:
+        return min(RETRY_AFTER_MAX_S, max(0.0, float(headers.get("Retry-After", ""))))
+    except ValueError:
+        return 0.0
 
 
 def _run(fn: Any) -> Any:
@@ -61,14 +137,36 @@ def _run(fn: Any) -> Any:
         raise typer.Exit(1) from None
 
 
+def _value(text: str) -> Any:
+    """An option's value as JSON. Text that is not JSON is a string (`--input Ada` means "Ada"), unless it looks
+    like JSON (it starts with `{`, `[` or `"`): then it must parse, so a typo is refused instead of sent as text."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if text.lstrip()[:1] in ("{", "[", '"'):
+            raise ValueError(f"{text!r} looks like JSON but is not valid JSON ({exc}); to send it as a string, "
+                             f"pass it as a JSON string: {json.dumps(text)}") from None
+        return text
+
+
 def _values(raw: list[str]) -> list[Any]:
-    out = []
-    for text in raw:
+    return [_value(text) for text in raw]
+
+
+def _check_json(raw: list[str] | None) -> list[str] | None:
+    """Option callback: refuse invalid JSON before anything is sent (exit 2, like any bad option)."""
+    for text in raw or []:
         try:
-            out.append(json.loads(text))
-        except ValueError:
-            out.append(text)  # a bare word is a string: `--input Ada` means "Ada"
-    return out
+            _value(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return raw
+
+
+JsonInputs = Annotated[list[str] | None, typer.Option("--input", "-i", callback=_check_json,
+                                                      help="An argument, as JSON (repeat); a bare word is a string.")]
+JsonArgs = Annotated[list[str] | None, typer.Option("--arg", "-a", callback=_check_json,
+                                                  help="An argument, as JSON (repeat); a bare word is a string.")]
 
 
 def _wf_path(namespace: str, workflow_id: str, suffix: str = "") -> str:
@@ -94,7 +192,7 @@ def start(
     workflow_type: Annotated[str, typer.Argument(help="The workflow type (its class name by default).")],
     workflow_id: Annotated[str, typer.Option("--id", help="The workflow id.")],
     task_queue: Annotated[str, typer.Option("--task-queue", "-q")],
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="An argument, as JSON (repeat).")] = None,
+    inputs: JsonInputs = None,
     wait: Annotated[bool, typer.Option("--wait", help="Show progress until the result.")] = False,
     server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
 ) -> None:
@@ -135,7 +233,7 @@ def _closed(page: dict[str, Any]) -> bool:
 @app.command()
 def signal(
     workflow_id: Annotated[str, typer.Argument()], name: Annotated[str, typer.Argument(help="The signal name.")],
-    inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help="An argument, as JSON (repeat).")] = None,
+    inputs: JsonInputs = None,
     server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
 ) -> None:
     """Send a signal to a running workflow."""
@@ -146,7 +244,7 @@ def signal(
 @app.command()
 def query(
     workflow_id: Annotated[str, typer.Argument()], name: Annotated[str, typer.Argument(help="The query name.")],
-    args: Annotated[list[str] | None, typer.Option("--arg", "-a", help="An argument, as JSON (repeat).")] = None,
+    args: JsonArgs = None,
     timeout_ms: Annotated[int, typer.Option("--timeout-ms")] = 10_000,
     server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
 ) -> None:
@@ -201,7 +299,37 @@ def describe(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
     summary["pending activities"] = len(state.get("activities", []))
     summary["timers"] = len(state.get("timers", []))
     summary["children"] = len(state.get("children", []))
+    quarantined = state.get("quarantine", [])
+    summary["quarantined commands"] = len(quarantined)
     _show(summary, output)
+    for kept in quarantined:  # commands the engine failed on: the run may wait for what they would have recorded
+        console.print(f"[bold red]quarantined[/bold red] {kept['command_type']} {kept['request_id']} "
+                      f"({kept['code']}, {kept['failures']}x, last {_when(kept['last_failed_time_ms'])}): "
+                      f"{kept['error_message']}", highlight=False)
+    if quarantined:
+        console.print(f"once the engine is fixed: ostinato workflow redrive {workflow_id}", highlight=False)
+
+
+@app.command()
+def redrive(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
+            reason: Annotated[str, typer.Option()] = "",
+            server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+            ) -> None:
+    """Decide the run's quarantined commands again (after an upgrade that fixed what failed them); those that
+    still fail stay quarantined, and the command exits 1."""
+    answer = _run(lambda: _call(server, "POST", _wf_path(namespace, workflow_id, "/redrive"),
+                                {"reason": reason, "run_id": run_id}))
+    if output == "json":
+        _show(answer, output)
+    else:
+        console.print(f"run {answer['run_id']}: {len(answer['outcomes'])} quarantined command(s) decided again",
+                      highlight=False)
+        for outcome in answer["outcomes"]:
+            detail = f": {outcome['message']}" if outcome["message"] else ""
+            console.print(f"  {outcome['outcome']:<8} {outcome['command_type']} {outcome['request_id']}{detail}",
+                          highlight=False)
+    if any(outcome["outcome"] == "FAILED" for outcome in answer["outcomes"]):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -3,7 +3,9 @@ and result of workflows, over the command gateway. Inputs and results are plain 
 `json/plain` payloads, what the SDK's default converter writes); other payloads are shown as base64.
 
 One error model everywhere: `{"code", "message", "details"}` with 400 (bad request), 404, 409 (already started),
-413, 503 and 504. A malformed body is a 400, never a 500.
+413, 503 and 504. A malformed body is a 400, never a 500. Size refusals are 413 `too_large` stating the limit: a
+body over `MAX_BODY_BYTES` (`services/frontend/http.py`), a value over the payload hard limit (2 MiB, as the SDK
+refuses it), a command over the Kafka record limit.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from confluent_kafka import KafkaException
 
 from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import history_key, run_key
+from ostinato.schemas.payloads import DEFAULT_HARD_LIMIT, Payload, payload_size
+from ostinato.schemas.topics import MAX_RECORD_BYTES
 from ostinato.services.frontend.gateway import CommandGateway, GatewayError
 from ostinato.services.frontend.http import error
 from ostinato.services.frontend.namespaces_api import unknown_namespace
-from ostinato.services.frontend.reads import READS, run_id_param, store_or_redirect
-from ostinato.services.history.store import Family, ShardStore
+from ostinato.services.frontend.reads import READS, owner_read, run_id_param, store_or_redirect
+from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.streams.model import decode_run
 
 Record = dict[str, Any]
@@ -35,9 +39,17 @@ GATEWAY = web.AppKey("gateway", CommandGateway)
 
 
 class BadRequest(Exception):
+    status = 400
+    code = "invalid_argument"
+
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.details = details
+
+
+class TooLarge(BadRequest):
+    status = 413
+    code = "too_large"
 
 
 def payload(value: Any) -> Record:
@@ -73,14 +85,25 @@ def _field(body: Record, name: str, kind: type | tuple[type, ...], default: Any 
     return value
 
 
+def _checked(value: Any, where: str) -> Record:
+    """The value as a JSON payload, refused above the payload hard limit the SDK applies too."""
+    record = payload(value)
+    size = payload_size(Payload({k: v for k, v in record["metadata"].items()}, record["data"]))
+    if size > DEFAULT_HARD_LIMIT:
+        raise TooLarge(f"{where} is {size:,} bytes as a payload, above the {DEFAULT_HARD_LIMIT:,}-byte limit; store "
+                       "large data elsewhere and pass a reference to it", field=where, size_bytes=size,
+                       limit_bytes=DEFAULT_HARD_LIMIT)
+    return record
+
+
 def _args(body: Record, name: str) -> list[Record]:
     values = _field(body, name, list, [])
-    return [payload(v) for v in values]
+    return [_checked(v, f"{name}[{i}]") for i, v in enumerate(values)]
 
 
 def _payload_map(body: Record, name: str) -> dict[str, Record]:
     values = _field(body, name, dict, {})
-    return {str(k): payload(v) for k, v in values.items()}
+    return {str(k): _checked(v, f"{name}.{k}") for k, v in values.items()}
 
 
 def _positive(body: Record, name: str) -> int | None:
@@ -121,9 +144,12 @@ def _command(request: web.Request, workflow_id: str, name: str, body: Record, ru
                            request_id=request_id, identity=f"api@{request.remote or 'unknown'}",
                            time_ms=time.time_ns() // 1_000_000)
     try:
-        codec.encode(wire.COMMAND, command)
+        size = len(codec.encode(wire.COMMAND, command))
     except ValueError as exc:
         raise BadRequest(f"the request does not make a valid {name}: {exc}") from None
+    if size > MAX_RECORD_BYTES:
+        raise TooLarge(f"the {name} command would be {size:,} bytes, above the {MAX_RECORD_BYTES:,}-byte record "
+                       "limit", size_bytes=size, limit_bytes=MAX_RECORD_BYTES)
     return command
 
 
@@ -145,7 +171,7 @@ def _handler(fn: Any) -> Any:
             response: web.StreamResponse = await fn(request)
             return response
         except BadRequest as exc:
-            return error(400, "invalid_argument", str(exc), **exc.details)
+            return error(exc.status, exc.code, str(exc), **exc.details)
         except TimeoutError:
             return error(504, "timeout", "the engine did not answer in time; retrying with the same request_id is "
                          "safe")
@@ -233,9 +259,24 @@ async def terminate(request: web.Request) -> web.Response:
 
 
 @_handler
+async def redrive(request: web.Request) -> web.Response:
+    """Decide the run's quarantined commands again (describe lists them under `quarantine`), after an upgrade that
+    fixed what failed them: 200 with one outcome per command (APPLIED, REJECTED or FAILED: FAILED ones stay)."""
+    body = await _body(request) if request.can_read_body else {}
+    kind, record = await _send(request, request.match_info["workflow_id"], "RedriveWorkflowExecution", {
+        "reason": _field(body, "reason", str, "")}, run_id=_field(body, "run_id", str, ""),
+        request_id=_field(body, "request_id", str, ""))
+    if kind.endswith("Rejected"):
+        return _rejected(record)
+    return web.json_response({"run_id": record["run_id"], "outcomes": record["outcomes"]})
+
+
+@_handler
+@owner_read
 async def result(request: web.Request) -> web.Response:
     """Long-poll until the run closes (served by the shard's owner; others redirect), following continue-as-new
-    unless `follow=false`. 200 with the status and the result or failure; 504 after `timeout_ms` (max 60 s)."""
+    unless `follow=false`. 200 with the status and the result or failure; 504 after `timeout_ms` (max 60 s). A
+    shard that moves meanwhile answers a redirect to its new owner or a 503 with Retry-After."""
     store = store_or_redirect(request)
     if isinstance(store, web.Response):
         return store
@@ -254,7 +295,12 @@ async def result(request: web.Request) -> web.Response:
     while True:
         key = run_key(ns, wf, run_id).encode()
         future = waiters.watch(key) if waiters is not None else None  # before the check: no lost wake-up
-        closing = _closing_event(store, ns, wf, run_id)
+        try:
+            closing = _closing_event(store, ns, wf, run_id)
+        except StoreClosed:  # the shard moved mid-wait: `owner_read` answers the redirect or the 503
+            if waiters is not None and future is not None:
+                waiters.unwatch(key, future)
+            raise
         if closing is not None:
             if waiters is not None and future is not None:
                 waiters.unwatch(key, future)
@@ -274,6 +320,9 @@ async def result(request: web.Request) -> web.Response:
         else:
             await asyncio.sleep(delay)
             delay = min(0.5, delay * 1.5)
+        store = store_or_redirect(request)  # never read on from the store of a shard that moved away
+        if isinstance(store, web.Response):
+            return store
 
 
 def _closing_event(store: ShardStore, ns: str, wf: str, run_id: str) -> Record | None:
@@ -327,5 +376,6 @@ def install(app: web.Application, gateway: CommandGateway) -> None:
     app.router.add_post(base + "/{workflow_id}/query", query)
     app.router.add_post(base + "/{workflow_id}/cancel", cancel)
     app.router.add_post(base + "/{workflow_id}/terminate", terminate)
+    app.router.add_post(base + "/{workflow_id}/redrive", redrive)
     app.router.add_get(base + "/{workflow_id}/result", result)
     app.router.add_get("/api/v1/namespaces/{namespace}/task-queues/{task_queue}", describe_task_queue)

@@ -100,7 +100,7 @@ class CommandGateway:
 
     def start(self) -> None:
         """Open the producer and the replies reader, positioned at the end of its partitions (blocking)."""
-        client_id = f"ostinato-gateway-{uuid.uuid4().hex[:8]}"
+        client_id = f"{self.settings.topic_prefix}-gateway-{uuid.uuid4().hex[:8]}"  # within the server's ACLs
         self.producer = idempotent_producer(self.bootstrap, client_id)
         self.replies = ReplyReader(self.bootstrap, self.replies_topic, self.partitions, client_id)
         self.replies.start()

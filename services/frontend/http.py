@@ -6,6 +6,13 @@ import base64
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from ostinato.schemas.topics import MAX_RECORD_BYTES
+
+# The largest request body any route reads (aiohttp's `client_max_size`). A body larger than a Kafka record cannot
+# become a command, and a JSON body this size carries one value at the payload hard limit (2 MiB) with room to spare.
+MAX_BODY_BYTES = MAX_RECORD_BYTES
 
 
 def error(status: int, code: str, message: str, **details: Any) -> web.Response:
@@ -25,3 +32,16 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list):
         return [jsonable(v) for v in value]
     return value
+
+
+@web.middleware
+async def size_refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp refuses a body over `client_max_size` with a plain-text 413: answer it in the error model, with the
+    limit stated, like every other size refusal."""
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge:
+        size = request.content_length
+        return error(413, "too_large", f"the request body{f' is {size:,} bytes,' if size else ' is'} over the "
+                     f"{MAX_BODY_BYTES:,}-byte limit", limit_bytes=MAX_BODY_BYTES,
+                     **({"size_bytes": size} if size else {}))

@@ -3,22 +3,25 @@
 Only the owning process has the shard's store, and the store holds only committed data, so these reads never
 show something a later abort takes back. A request that reaches another process is redirected to the owner's
 read endpoint (published in `<prefix>.cluster`), once: a second hop means ownership is moving, and the caller
-gets a clear 503 to retry.
+gets a clear 503 with `Retry-After`. A shard can also move while a request holds its store (a long-poll waits
+across commits): the processor thread then closes the store, the read raises `StoreClosed`, and `owner_read`
+answers as a request arriving now would (a redirect to the new owner, or the 503), never a 500.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import time
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
-from ostinato.services.admin.ownership import OwnershipTable
 from ostinato.services.frontend.http import error, jsonable
-from ostinato.services.history.store import Family, ShardStore
+from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.services.history.waiters import HistoryWaiters
 from ostinato.streams.model import decode_current, decode_run, to_record
 
@@ -28,14 +31,23 @@ HOP = "owner_hop"
 MAX_WAIT_S = 60.0  # history long-polls (`wait_ms`) hold a request at most this long
 AVRO = "avro"  # ?format=avro: the records as stored (single-object Avro), for SDKs; the default is JSON
 STATE_CONTENT_TYPE = "application/vnd.ostinato.state+avro"
+RETRY_AFTER_S = 1  # a 503's Retry-After: a moving shard has its new owner within seconds, a fresh ask is cheap
 
 
 class StoreSource(Protocol):
     def store_of(self, shard: int) -> ShardStore | None: ...
 
 
+class OwnerTable(Protocol):
+    """Who owns each shard and where it serves reads (`services/admin/ownership.py:OwnershipTable`)."""
+
+    def owner(self, shard: int) -> dict[str, object] | None: ...
+
+    def owners(self) -> dict[int, dict[str, object]]: ...
+
+
 class ReadContext:
-    def __init__(self, shards: int, source: StoreSource | None, ownership: OwnershipTable | None,
+    def __init__(self, shards: int, source: StoreSource | None, ownership: OwnerTable | None,
                  owner_id: str, waiters: HistoryWaiters | None = None) -> None:
         self.shards = shards
         self.source = source
@@ -56,14 +68,39 @@ def store_or_redirect(request: web.Request) -> ShardStore | web.Response:
     store = ctx.source.store_of(shard) if ctx.source is not None else None
     if store is not None:
         return store
+    return owner_elsewhere(request, shard)
+
+
+def owner_elsewhere(request: web.Request, shard: int) -> web.Response:
+    """For a shard this process does not (or no longer) own: a redirect to the owner the ownership table names
+    (raised), on the first hop only; else a 503 with `Retry-After`."""
+    ctx = request.app[READS]
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     owner = ctx.ownership.owner(shard) if ctx.ownership is not None else None
     endpoint = str(owner["read_endpoint"]) if owner else ""
     if owner and endpoint and owner["owner_id"] != ctx.owner_id and HOP not in request.query:
         raw = request.raw_path  # still percent-encoded: a '/' inside a workflow id must stay %2F
         target = f"{endpoint.rstrip('/')}{raw}{'&' if '?' in raw else '?'}{HOP}=1"
         raise web.HTTPTemporaryRedirect(target)
-    return error(503, "shard_unavailable", f"shard {shard} of {ns}/{wf} has no reachable owner right now; "
-                 "it may be moving between processors, retry shortly", shard=shard)
+    response = error(503, "shard_unavailable", f"shard {shard} of {ns}/{wf} has no reachable owner right now; "
+                     f"it may be moving between processors, retry in {RETRY_AFTER_S}s", shard=shard)
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def owner_read(handler: Handler) -> Handler:
+    """Serve a read that holds a shard's store. When the shard moves mid-request (the processor thread closes the
+    store on revocation, so the read raises `StoreClosed`), answer as a request arriving now would be answered: a
+    redirect to the new owner once the ownership table names it, else a 503 with `Retry-After`."""
+    @functools.wraps(handler)
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except StoreClosed:
+            ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+            return owner_elsewhere(request, shard_for(ns, wf, request.app[READS].shards))
+
+    return wrapped
 
 
 def run_id_param(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | None:
@@ -89,6 +126,7 @@ def _run_state(request: web.Request) -> tuple[ShardStore, str, bytes] | web.Resp
     return store, run_id, data
 
 
+@owner_read
 async def describe(request: web.Request) -> web.Response:
     found = _run_state(request)
     if isinstance(found, web.Response):
@@ -99,6 +137,7 @@ async def describe(request: web.Request) -> web.Response:
     return web.json_response(jsonable(to_record(decode_run(data))))
 
 
+@owner_read
 async def history(request: web.Request) -> web.Response:
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     try:
@@ -116,7 +155,10 @@ async def history(request: web.Request) -> web.Response:
     store, run_id, state = found
     waiters = request.app[READS].waiters
     if wait_s and waiters is not None:
-        store, state = await _wait_for_event(request, waiters, store, ns, wf, run_id, state, first, wait_s)
+        waited = await _wait_for_event(request, waiters, store, ns, wf, run_id, state, first, wait_s)
+        if isinstance(waited, web.Response):
+            return waited
+        store = waited
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
     raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
@@ -131,29 +173,36 @@ async def history(request: web.Request) -> web.Response:
 
 
 async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: ShardStore, ns: str, wf: str,
-                          run_id: str, state: bytes, first: int, wait_s: float) -> tuple[ShardStore, bytes]:
-    """Long-poll: hold the request until event `first` exists, the run closes, or `wait_s` passes. Only this
-    process's commits wake it, which is right: the request was routed to the shard's owner."""
+                          run_id: str, state: bytes, first: int, wait_s: float) -> ShardStore | web.Response:
+    """Long-poll: hold the request until event `first` exists, the run closes, or `wait_s` passes; then the store
+    to read the page from. Only this process's commits wake it, which is right: the request was routed to the
+    shard's owner. A shard that moved meanwhile answers what `_run_state` answers now (a redirect, a 503)."""
     key = run_key(ns, wf, run_id).encode()
     wanted = history_key(ns, wf, run_id, first).encode()
     deadline = time.monotonic() + wait_s
     while True:
         future = waiters.watch(key)  # before the check, so a commit in between still wakes us
-        if store.get(Family.HISTORY, wanted) is not None or not decode_run(state).open:
+        try:
+            arrived = store.get(Family.HISTORY, wanted) is not None
+        except StoreClosed:
             waiters.unwatch(key, future)
-            return store, state
+            raise
+        if arrived or not decode_run(state).open:
+            waiters.unwatch(key, future)
+            return store
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             waiters.unwatch(key, future)
-            return store, state
+            return store
         # Woken by the commit that adds events; the 1 s cap notices a shard that moved to another process.
         await waiters.wait(key, future, min(1.0, remaining))
-        found = _run_state(request)
+        found = _run_state(request)  # the shard may have moved: never read on from the old store
         if isinstance(found, web.Response):
-            return store, state
+            return found
         store, _, state = found
 
 
+@owner_read
 async def pending(request: web.Request) -> web.Response:
     """What the run waits for: activities, timers, children, external requests and its workflow task."""
     found = _run_state(request)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from ostinato.services.history.shard import Quarantined
 
 _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -28,4 +34,16 @@ class ProcessorMetrics:
                                          buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)
         self.restore_records = Counter(p + "restore_records", "Changelog records read while restoring.",
                                        registry=registry)
+        self.timeouts_held = Counter(p + "timeouts_held", "Due timeouts held back for a batch because the shard's "
+                                     "commands were not all readable yet (an open transaction ahead of them).",
+                                     registry=registry)
         self.owned_shards = Gauge(p + "owned_shards", "Shards this process owns.", registry=registry)
+        self.quarantined = Counter("ostinato_commands_quarantined", "Commands whose processing failed (a bug in "
+                                   "the core, or an output over the record limit) and that were kept in their "
+                                   "run's state: describe shows them, redrive decides them again. By reason and "
+                                   "command type.", ["reason", "command"], registry=registry)
+
+    def count_quarantined(self, quarantined: Iterable[Quarantined]) -> None:
+        """Count the commands a committed batch quarantined (`Shard.quarantined`)."""
+        for q in quarantined:
+            self.quarantined.labels(q.code, q.command_type).inc()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from prometheus_client import CollectorRegistry
 
 from ostinato.kafka.clients import base_config
@@ -34,6 +35,7 @@ from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
 from ostinato.services.history.faults import FaultPoints
+from ostinato.services.history.input_gate import UNKNOWN, InputGate
 from ostinato.services.history.metrics import ProcessorMetrics
 from ostinato.services.history.restore import open_and_restore
 from ostinato.services.history.schema_sync import sync_schemas
@@ -43,10 +45,20 @@ from ostinato.streams.config import Config
 
 log = logging.getLogger("ostinato.processor")
 
-TXN_TIMEOUT_MS = 10_000  # how long a crashed owner's open transaction can hold a shard's changelog back
+# How long a crashed or frozen owner's open transaction can hold back every read_committed reader of what it touched:
+# its shards' changelogs, but also shared partitions (task queues, replies, other shards' commands), so one dead
+# server would stall the cluster for this long. The coordinator's clock starts at the first produce, after every
+# decision of the batch is made, so a transaction normally lives for a produce and a commit (milliseconds); the
+# broker must look for expired transactions often (infra/ sets
+# transaction.abort.timed.out.transaction.cleanup.interval.ms=500). librdkafka also bounds each record's delivery
+# by it.
+TXN_TIMEOUT_MS = int(os.environ.get("OSTINATO_TXN_TIMEOUT_MS", "2000"))
 OPERATION_TIMEOUT_S = 30.0
 MAX_TIMERS_PER_SHARD = 500  # deadlines fired per shard per batch: a burst of timers cannot starve commands
 IDLE_POLL_S = 0.5
+HOLD_POLL_S = 0.02  # while timeouts are held: about one fetch
+HOLD_LOG_AFTER_MS = 1_000
+MIN_SESSION_TIMEOUT_MS = 3_000
 
 
 def wall_ms() -> int:
@@ -59,7 +71,7 @@ class ProcessorOptions:
     owner_id: str = ""  # stable per data directory (the transactional id derives from it)
     read_endpoint: str = ""
     max_batch: int = 500
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int | None = None  # None: the shortest the brokers allow, but at least 3 s
     restore_write_every: int = 5_000
     config: Config = field(default_factory=Config)
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
@@ -71,7 +83,8 @@ class ProcessorOptions:
         env = os.environ
         return cls(data_dir=data_dir, read_endpoint=read_endpoint,
                    max_batch=int(env.get("OSTINATO_MAX_BATCH", "500")),
-                   session_timeout_ms=int(env.get("OSTINATO_SESSION_TIMEOUT_MS", "10000")),
+                   session_timeout_ms=int(env["OSTINATO_SESSION_TIMEOUT_MS"]) if env.get(
+                       "OSTINATO_SESSION_TIMEOUT_MS") else None,
                    restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")),
                    # Retention of namespaces that have no record of their own (the default one); tests shorten it.
                    config=Config(retention_ms=int(env.get("OSTINATO_DEFAULT_RETENTION_MS", Config().retention_ms))))
@@ -105,6 +118,9 @@ class Processor:
         self._delivered: dict[tuple[str, int], int] = {}
         self._delivery_error: KafkaError | None = None
         self._batch_no = 0
+        self._gates: dict[int, InputGate] = {}  # shard -> timeouts held until its commands are read
+        self._holding = False
+        self._hold_logged: dict[int, int] = {}
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self._restorer: Consumer | None = None
@@ -118,6 +134,7 @@ class Processor:
         """Process until `stop()`; leaves the group cleanly (revocation closes the stores)."""
         sync_schemas(self.bootstrap, self.prefix)
         self.producer = self._new_producer()
+        session_ms = self.options.session_timeout_ms or session_timeout_ms(self.bootstrap)
         self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
                                    "group.id": f"{self.prefix}-restore-unused", "enable.auto.commit": False,
                                    "isolation.level": "read_committed", "enable.partition.eof": True,
@@ -131,15 +148,15 @@ class Processor:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": self.options.session_timeout_ms,
-            "heartbeat.interval.ms": max(500, self.options.session_timeout_ms // 5),
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": max(300, session_ms // 5),
             "fetch.wait.max.ms": 20,
             "fetch.max.bytes": MAX_RECORD_BYTES * 4,
         })
         self.consumer.subscribe([self.commands_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_revoke)
         self.ready.set()
-        log.info("processor %s subscribed to %s", self.owner_id, self.commands_topic)
+        log.info("processor %s subscribed to %s (group session %d ms)", self.owner_id, self.commands_topic, session_ms)
         try:
             while not self._stop.is_set():
                 self.step()
@@ -208,6 +225,7 @@ class Processor:
             for index in indexes:
                 shard = self.shards.pop(index, None)
                 self.next_offsets.pop(index, None)
+                self._gates.pop(index, None)
                 self._announce.discard(index)
                 if shard is not None:
                     shard.store.close()
@@ -238,7 +256,7 @@ class Processor:
                 commands.append(msg)
             elif err.code() != KafkaError._PARTITION_EOF:
                 log.warning("consuming %s: %s", self.commands_topic, err.str())
-        due = {i: s.due_timers(now, MAX_TIMERS_PER_SHARD) for i, s in self.shards.items()}
+        due = {i: self._judged(i, s.due_timers(now, MAX_TIMERS_PER_SHARD), now) for i, s in self.shards.items()}
         if not commands and not any(due.values()) and not self._announce:
             return
         try:
@@ -254,10 +272,35 @@ class Processor:
             return []
         return [first, *self.consumer.consume(self.options.max_batch - 1, timeout=0)]
 
+    def _judged(self, index: int, keys: list[bytes], now: int) -> list[bytes]:
+        """The due deadlines that may fire now: timeouts wait until everything written to the shard's commands
+        before they fell due has been read (`input_gate.py`)."""
+        if not keys:
+            return keys
+        assert self.consumer is not None
+        tp = TopicPartition(self.commands_topic, index)
+        position = self.consumer.position([tp])[0].offset
+        high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
+        gate = self._gates.setdefault(index, InputGate())
+        ready, held = gate.judge(keys, now, position, high if high >= 0 else UNKNOWN)
+        if held:
+            self.metrics.timeouts_held.inc(held)
+            self._holding = True
+            waited = gate.held_for_ms(now)
+            if waited >= HOLD_LOG_AFTER_MS and now - self._hold_logged.get(index, 0) >= HOLD_LOG_AFTER_MS:
+                self._hold_logged[index] = now
+                log.warning("shard %d: %d timeouts held for %d ms: the commands partition is unreadable past offset "
+                            "%d (high watermark %d; an open transaction of a crashed or frozen producer?)",
+                            index, held, waited, position, high)
+        return ready
+
     def _poll_timeout(self) -> float:
         next_due = [t for t in (s.next_timer_ms() for s in self.shards.values()) if t is not None]
         if self._announce:
             return 0.0
+        if self._holding:  # due timeouts wait for the inputs: look again after a fetch, not in a busy loop
+            self._holding = False
+            return HOLD_POLL_S
         if not next_due:
             return IDLE_POLL_S
         return min(IDLE_POLL_S, max(0.0, (min(next_due) - wall_ms()) / 1000))
@@ -362,6 +405,7 @@ class Processor:
                 self.metrics.rejections.labels(rejection.code).inc()
                 log.info("shard %d: rejected %s: %s (%s)", index, _command_name(rejection.command), rejection.code,
                          rejection.message)
+            self.metrics.count_quarantined(shard.quarantined)
             for lateness in shard.timers_fired:
                 self.metrics.timer_lateness.observe(max(0, lateness) / 1000)
             if self.options.on_history is not None:  # only a server with waiting readers asks
@@ -434,6 +478,23 @@ class Processor:
     def owned(self) -> list[int]:
         with self._lock:
             return sorted(self.shards)
+
+
+def session_timeout_ms(bootstrap: str) -> int:
+    """The processor's group session: how long a crashed server's shards wait before another takes them, and how
+    long a restarted server waits for its dead incarnation to leave the group. As short as the brokers allow
+    (`group.min.session.timeout.ms`, 6 s by default, 1 s in infra/), but at least 3 s, so a loaded machine's
+    scheduling hiccup does not move shards."""
+    admin = AdminClient(base_config(bootstrap, "ostinato-admin"))
+    try:
+        brokers = admin.list_topics(timeout=OPERATION_TIMEOUT_S).brokers
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        configs = admin.describe_configs([resource])[resource].result(OPERATION_TIMEOUT_S)
+        broker_min = int(configs["group.min.session.timeout.ms"].value)
+    except (KafkaException, KeyError, ValueError) as exc:
+        log.warning("could not read group.min.session.timeout.ms from the brokers (%s); assuming Kafka's 6000", exc)
+        broker_min = 6_000
+    return max(MIN_SESSION_TIMEOUT_MS, broker_min)
 
 
 def _owner_id(directory: Path) -> str:

@@ -4,7 +4,9 @@ This is the part of the Kafka shell that needs no Kafka. It runs the core's `dec
 shard's store, turns each step into the records of DESIGN.md §3, and keeps everything of the batch in memory
 until the processor has committed the transaction; only then is the overlay written to the store (`committed`).
 A command that fails (a bug in the core, an output too large for Kafka) is rejected alone: its workflow is
-reloaded from the overlay as the previous command left it, and the rest of the batch goes on.
+reloaded from the overlay as the previous command left it, and the rest of the batch goes on. When nobody was told
+of the failure, the command is also quarantined in its run (`streams/quarantine.py`), so the run is not left
+silently waiting for what the command would have recorded.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fire_timer_body
 from ostinato.streams.deciders import decide
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
-from ostinato.streams.perform import perform
+from ostinato.streams.perform import RecordTooLarge, perform
+from ostinato.streams.quarantine import quarantinable, quarantine, quarantined_message
 
 Record = dict[str, Any]
 CACHE_SIZE = 10_000  # decoded workflows kept per shard between batches
@@ -61,19 +64,20 @@ class Topology:
         return topic_name(self.prefix, t)
 
 
-class CommandFailed(Exception):
-    """One command (or timer) could not be processed; it is rejected with `code` and the batch continues."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 @dataclass
 class Rejection:
     code: str
     message: str
     command: Record | None
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A failed command kept in its run's state (counted by `ostinato_commands_quarantined_total`)."""
+
+    code: str  # INTERNAL or TOO_LARGE
+    command_type: str  # without its namespace: "RespondActivityTaskCompleted"
+    run_id: str
 
 
 @dataclass
@@ -98,6 +102,7 @@ class Shard:
         self.writes = empty_writes()
         self.outputs: list[Output] = []
         self.rejections: list[Rejection] = []
+        self.quarantined: list[Quarantined] = []  # the processor counts them after the commit
         self.commands = 0
         self.timers_fired: list[int] = []  # lateness in ms of each timer fired in the batch
         self._events: dict[bytes, Record] = {}
@@ -188,19 +193,48 @@ class Shard:
                 self._write_step(workflow, step.events, step.changed_runs, step.pointer_changed)
             for action in step.actions:
                 perform(workflow, action, self._outbox)
-        except CommandFailed as exc:
-            self._fail(command, exc.code, str(exc))
+        except RecordTooLarge as exc:
+            self._fail(command, offset, now_ms, "TOO_LARGE", type(exc).__name__, str(exc))
         except Exception as exc:  # a bug in the core must not stop the shard: reject the command, keep going
             log.exception("shard %d: command %s failed", self.index, command["body"][0])
-            self._fail(command, "INTERNAL", f"{type(exc).__name__}: {exc}")
+            self._fail(command, offset, now_ms, "INTERNAL", type(exc).__name__, f"{type(exc).__name__}: {exc}")
         else:
             self._merge()
 
-    def _fail(self, command: Record, code: str, message: str) -> None:
+    def _fail(self, command: Record, offset: int, now_ms: int, code: str, error_type: str, message: str) -> None:
         self._pending = _Pending()
         self._working.pop((command["namespace"], command["workflow_id"]), None)  # reloaded as the overlay has it
+        run_id = self._quarantine(command, offset, now_ms, code, error_type, message)
+        if run_id is not None:
+            message = quarantined_message(message, run_id)
         self._reject(command, code, message)
         self._merge()
+
+    def _quarantine(self, command: Record, offset: int, now_ms: int, code: str, error_type: str, message: str,
+                    ) -> str | None:
+        """Keep the failed command in its run's state, in the pending writes; the run's id, or None when it is not
+        kept (its sender was told, or there is no run). A failure to keep it leaves the rejection alone."""
+        if not quarantinable(command, code):
+            return None
+        key = (command["namespace"], command["workflow_id"])
+        try:
+            workflow = self._load(*key)
+            step = quarantine(workflow, command, offset, code, error_type, message, now_ms, self.config_for(key[0]))
+            if step is None:
+                return None
+            self._write_step(workflow, step.events, step.changed_runs, step.pointer_changed)
+            for action in step.actions:
+                perform(workflow, action, self._outbox)
+        except Exception:  # e.g. the state record would be too large: the rejection still stands
+            log.exception("shard %d: could not quarantine %s", self.index, command["body"][0])
+            self._pending = _Pending()
+            self._working.pop(key, None)
+            return None
+        run_id = step.changed_runs[0]
+        self.quarantined.append(Quarantined(code, wire.short_name(command["body"][0]), run_id))
+        log.error("shard %d: %s %s/%s quarantined in run %s: %s", self.index, wire.short_name(command["body"][0]),
+                  key[0], key[1], run_id, message)
+        return run_id
 
     def _reject(self, command: Record | None, code: str, message: str) -> None:
         self.rejections.append(Rejection(code, message, command))
@@ -262,8 +296,7 @@ class Shard:
 
     def _out(self, topic: str, partition: int, key: str | bytes, value: bytes | None) -> None:
         if value is not None and len(value) > MAX_RECORD_BYTES:
-            raise CommandFailed("TOO_LARGE", f"a {topic} record of {len(value)} bytes exceeds the "
-                                             f"{MAX_RECORD_BYTES}-byte record limit")
+            raise RecordTooLarge(topic, len(value), MAX_RECORD_BYTES)
         raw = key if isinstance(key, bytes) else key.encode()
         self._pending.outputs.append(Output(topic, partition, raw, value))
 
@@ -339,6 +372,7 @@ class Shard:
         self.writes = empty_writes()
         self.outputs = []
         self.rejections = []
+        self.quarantined = []
         self.commands = 0
         self.timers_fired = []
         self._events = {}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 import shutil
 import struct
+import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -47,6 +49,12 @@ class StoreLocked(RuntimeError):
     """Another process (or another open in this one) holds the store: never wipe it."""
 
 
+class StoreClosed(RuntimeError):
+    """The store was closed, typically because its shard moved to another owner while a reader held it: the read
+    must be answered by the shard's (new) owner instead. Readers on other threads see this, never a half-closed
+    database."""
+
+
 def pack_int(value: int) -> bytes:
     return struct.pack(">q", value)
 
@@ -66,7 +74,9 @@ class ShardStore(Protocol):
         """Apply every write atomically (meta checkpoint included)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store; afterwards (and in a scan that was under way) every read raises `StoreClosed`."""
+        ...
 
 
 class MemoryStore:
@@ -75,15 +85,19 @@ class MemoryStore:
     def __init__(self) -> None:
         self._data: dict[Family, dict[bytes, bytes]] = {f: {} for f in Family}
         self._keys: dict[Family, list[bytes]] = {f: [] for f in Family}
+        self._closed = False
 
     def get(self, family: Family, key: bytes) -> bytes | None:
+        self._check_open()
         return self._data[family].get(key)
 
     def scan(self, family: Family, start: bytes = b"", prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        self._check_open()
         keys, data = self._keys[family], self._data[family]
         i = bisect.bisect_left(keys, max(start, prefix))
         snapshot = keys[i:]  # writes during iteration do not disturb it
         for key in snapshot:
+            self._check_open()
             if not key.startswith(prefix):
                 return
             value = data.get(key)
@@ -91,6 +105,7 @@ class MemoryStore:
                 yield key, value
 
     def write(self, writes: Writes) -> None:
+        self._check_open()
         for items in writes.values():  # all or nothing, like a RocksDB WriteBatch
             for key, value in items.items():
                 if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
@@ -108,7 +123,11 @@ class MemoryStore:
                     data[key] = value
 
     def close(self) -> None:
-        pass
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the shard's store is closed (the shard moved to another owner)")
 
 
 def _options() -> Options:
@@ -118,12 +137,30 @@ def _options() -> Options:
     return opts
 
 
+class _Cursor:
+    """A scan's RocksDB iterator, held where `close` can drop it: a live iterator keeps the database (and its
+    LOCK file) open, so a reader's unfinished scan must not outlive the store."""
+
+    __slots__ = ("__weakref__", "items")
+
+    def __init__(self, items: Iterator[tuple[bytes, bytes]]) -> None:
+        self.items: Iterator[tuple[bytes, bytes]] | None = items
+
+
 class RocksStore:
     """One RocksDB per shard directory; column families per `Family`. Reads are thread-safe, so the owner's read
-    API serves from the same store the processor thread writes."""
+    API serves from the same store the processor thread writes.
+
+    The processor thread closes a store when its shard is revoked, while readers on the event loop may hold it.
+    Each read step runs under `_guard`, which `close` also takes, so a read either completes on the open database
+    or raises `StoreClosed`; it never meets a half-closed one (rocksdict's own errors, or a `KeyError` once the
+    families are dropped)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._guard = threading.Lock()
+        self._closed = False
+        self._cursors: weakref.WeakSet[_Cursor] = weakref.WeakSet()
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = Rdict(str(path), _options(),
@@ -143,16 +180,29 @@ class RocksStore:
             raise StoreCorrupt(f"the store at {path} has format {fmt!r}, expected {FORMAT_VERSION!r}")
 
     def get(self, family: Family, key: bytes) -> bytes | None:
-        value: bytes | None = self._families[family].get(key)
-        return value
+        with self._guard:
+            self._check_open()
+            value: bytes | None = self._families[family].get(key)
+            return value
 
     def scan(self, family: Family, start: bytes = b"", prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        for key, value in self._families[family].items(from_key=max(start, prefix)):
-            if not key.startswith(prefix):
+        with self._guard:
+            self._check_open()
+            cursor = _Cursor(self._families[family].items(from_key=max(start, prefix)))
+            self._cursors.add(cursor)
+        while True:
+            with self._guard:  # one step at a time: `close` may come between two steps, never during one
+                if cursor.items is None:
+                    self._check_open()
+                    return
+                item = next(cursor.items, None)
+            if item is None or not item[0].startswith(prefix):
+                cursor.items = None
                 return
-            yield key, value
+            yield item
 
     def write(self, writes: Writes) -> None:
+        self._check_open()  # only the processor thread writes, and it is the one that closes
         batch = WriteBatch(raw_mode=True)
         for family, items in writes.items():
             handle = self._handles[family]
@@ -164,12 +214,23 @@ class RocksStore:
         self._db.write(batch)
 
     def close(self) -> None:
-        # Column family views and handles each keep the database (and its LOCK file) alive: drop them all.
-        for family in self._families.values():
-            family.close()
-        self._families.clear()
-        self._handles.clear()
-        self._db.close()
+        with self._guard:  # waits for a read step in flight on another thread
+            if self._closed:
+                return
+            self._closed = True
+            # Column family views, handles and iterators each keep the database (and its LOCK file) alive: drop
+            # them all, including the iterators of scans a reader has not finished.
+            for cursor in list(self._cursors):
+                cursor.items = None
+            for family in self._families.values():
+                family.close()
+            self._families.clear()
+            self._handles.clear()
+            self._db.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"the store at {self.path} is closed (its shard moved to another owner)")
 
 
 def open_rocks(path: Path) -> RocksStore:

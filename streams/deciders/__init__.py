@@ -18,6 +18,7 @@ Decider = Callable[[Writer, Record], Step]
 
 
 def _deciders() -> dict[str, Decider]:
+    from ostinato.streams import quarantine
     from ostinato.streams.deciders import activities, notifications, signals, start, timers, workflow_task
 
     c = wire.COMMAND_PREFIX
@@ -42,6 +43,7 @@ def _deciders() -> dict[str, Decider]:
         c + "ExternalRequestResultNotification": notifications.external_result,
         c + "ArchivalCompleted": notifications.archival_completed,
         c + "DeleteWorkflowExecution": notifications.delete,
+        c + "RedriveWorkflowExecution": quarantine.redrive,
     }
 
 
@@ -65,6 +67,6 @@ def decide(workflow: Workflow, command: Record, now_ms: int, config: Config, off
     if (command["namespace"], command["workflow_id"]) != (workflow.namespace, workflow.workflow_id):
         return writer.reject("WRONG_SHARD", "command addressed to another workflow than the one given")
     step = decider(writer, body)
-    if step.rejection is not None:
-        return step
+    if step.rejection is not None or step is not writer.step:
+        return step  # a rejection changes nothing; a decider that composes other decisions (redrive) is done
     return writer.finish()

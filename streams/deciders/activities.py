@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ostinato.streams import events as ev
+from ostinato.streams.deadlines import after
 from ostinato.streams.deciders.common import task_run, wake
 from ostinato.streams.model import ActivityState
 from ostinato.streams.retry import decide_retry
@@ -105,7 +106,7 @@ def retry(w: Writer, activity: ActivityState, failure: Record) -> bool:
     run_id = w.command["run_id"]
     a = w.edit(run_id).activities[activity.scheduled_event_id]
     a.attempt += 1
-    a.next_attempt_time_ms = w.now_ms + decision.delay_ms
+    a.next_attempt_time_ms = after(w.now_ms, decision.delay_ms)
     a.started_time_ms = None
     a.started_identity = ""
     a.last_heartbeat_time_ms = None

@@ -12,8 +12,9 @@ from typing import Any
 from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
-from ostinato.streams.actions import DispatchActivityTask, UpsertVisibility
+from ostinato.streams.actions import DispatchActivityTask, EagerActivity, UpsertVisibility
 from ostinato.streams.config import Config
+from ostinato.streams.deadlines import fitting
 from ostinato.streams.deciders.common import close_run, new_run_id, send
 from ostinato.streams.model import RunState
 from ostinato.streams.retry import with_defaults
@@ -110,6 +111,15 @@ def schedule_activity(w: Writer, run_id: str, c: Record, completed_id: int) -> N
         "schedule_to_start_timeout_ms": schedule_to_start, "start_to_close_timeout_ms": start_to_close,
         "heartbeat_timeout_ms": c["heartbeat_timeout_ms"], "workflow_task_completed_event_id": completed_id,
         "retry_policy": with_defaults(c["retry_policy"])})
+    if c.get("request_eager_execution") and w.answered:
+        # Eager activity dispatch: the worker answering this task runs the first attempt itself. It is started
+        # for that worker here, as RecordActivityTaskStarted would, and handed back in the reply; from now on
+        # the attempt's timeouts protect it exactly as for a task taken off the activity topic.
+        activity = w.edit(run_id).activities[event["event_id"]]
+        activity.started_time_ms = w.now_ms
+        activity.started_identity = w.command["identity"]
+        w.eager_activities.append(EagerActivity(run_id, event["event_id"], activity.attempt))
+        return
     w.act(DispatchActivityTask(run.namespace, run.workflow_id, run_id, event["event_id"], 1))
 
 
@@ -128,7 +138,7 @@ def request_cancel_activity(w: Writer, run_id: str, c: Record, completed_id: int
 
 def start_timer(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
     w.append(run_id, ev.TIMER_STARTED, {"timer_id": c["timer_id"],
-                                        "start_to_fire_timeout_ms": c["start_to_fire_timeout_ms"],
+                                        "start_to_fire_timeout_ms": fitting(w.now_ms, c["start_to_fire_timeout_ms"]),
                                         "workflow_task_completed_event_id": completed_id})
 
 
@@ -169,6 +179,7 @@ def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
     run_timeout = c["run_timeout_ms"]
     if run_timeout is None and run.run_expiration_time_ms is not None:
         run_timeout = run.run_expiration_time_ms - run.start_time_ms
+    run_timeout = None if run_timeout is None else fitting(w.now_ms, run_timeout)  # the applier adds it to now
     carried = {"parent": run.parent, "first": run.first_execution_run_id, "expires": run.execution_expiration_time_ms,
                "request": w.workflow.current.start_request_id if w.workflow.current else "", "retry": run.retry_policy}
     close_run(w, run_id, ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW, {
@@ -183,7 +194,8 @@ def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
         "search_attributes": dict(search_attributes), "header": c["header"], "parent": carried["parent"],
         "first_execution_run_id": carried["first"], "continued_execution_run_id": run_id,
         "execution_expiration_time_ms": carried["expires"], "identity": w.command["identity"],
-        "request_id": carried["request"], "first_workflow_task_backoff_ms": max(0, c["backoff_start_interval_ms"])})
+        "request_id": carried["request"],
+        "first_workflow_task_backoff_ms": fitting(w.now_ms, max(0, c["backoff_start_interval_ms"]))})
 
 
 def start_child(w: Writer, run_id: str, c: Record, completed_id: int) -> None:

@@ -12,6 +12,7 @@ from ostinato.streams.appliers import CURRENT_VERSION
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import in_first_task_backoff
 from ostinato.streams.model import RunState, WorkflowTaskState
+from ostinato.streams.retry import exponential_backoff_ms
 from ostinato.streams.writer import Writer
 
 Record = dict[str, Any]
@@ -69,7 +70,8 @@ def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
     delay = 0
     if attempt > 2:
         cfg = w.config
-        delay = min(cfg.workflow_task_retry_initial_ms * 2 ** (attempt - 3), cfg.workflow_task_retry_max_ms)
+        delay = exponential_backoff_ms(cfg.workflow_task_retry_initial_ms, 2.0, cfg.workflow_task_retry_max_ms,
+                                       attempt - 2)
     run.workflow_task = WorkflowTaskState(
         scheduled_event_id=run.next_event_id, started_event_id=run.next_event_id + 1, attempt=attempt,
         task_queue=run.task_queue, scheduled_time_ms=w.now_ms, started_time_ms=w.now_ms + delay,

@@ -8,6 +8,7 @@ from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
 from ostinato.streams.actions import UpsertVisibility
+from ostinato.streams.deadlines import after, fitting
 from ostinato.streams.deciders.common import close_run, new_run_id, schedule_workflow_task, send
 from ostinato.streams.writer import Step, Writer
 
@@ -83,12 +84,13 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
     timeout = body["task_timeout_ms"] or w.config.default_task_timeout_ms
     start_run(w, run_id, {
         "workflow_type": body["workflow_type"], "task_queue": body["task_queue"], "input": body["input"],
-        "execution_timeout_ms": body["execution_timeout_ms"], "run_timeout_ms": body["run_timeout_ms"],
+        "execution_timeout_ms": body["execution_timeout_ms"],
+        "run_timeout_ms": None if body["run_timeout_ms"] is None else fitting(now, body["run_timeout_ms"]),
         "task_timeout_ms": min(timeout, w.config.max_task_timeout_ms), "retry_policy": body["retry_policy"],
         "memo": body["memo"], "search_attributes": body["search_attributes"], "header": body["header"],
         "parent": parent, "first_execution_run_id": run_id,
         "execution_expiration_time_ms": None if body["execution_timeout_ms"] is None
-        else now + body["execution_timeout_ms"],
+        else after(now, body["execution_timeout_ms"]),
         "identity": cmd["identity"], "request_id": cmd["request_id"],
     }, signal)
     w.reply((wire.WORKFLOW_STARTED, {"run_id": run_id, "started": True}))

@@ -50,3 +50,27 @@ class SlowJob:
 
 
 slow_worker = {"task_queue": "cli-slow", "workflows": [SlowJob], "activities": [slow_job]}
+
+
+@activity.defn
+async def counted(marker_dir: str) -> str:
+    """Counts its executions outside the engine: one file per execution, named by attempt and process."""
+    import os
+    from pathlib import Path
+
+    info = activity.info()
+    Path(marker_dir, f"attempt-{info.attempt}-pid-{os.getpid()}").touch()
+    return f"attempt {info.attempt}"
+
+
+@workflow.defn
+class Counted:
+    @workflow.run
+    async def run(self, marker_dir: str) -> str:
+        from ostinato import RetryPolicy
+
+        return await workflow.execute_activity(counted, marker_dir, start_to_close_timeout=timedelta(seconds=2),
+                                               retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)))
+
+
+eager_worker = {"task_queue": "cli-eager", "workflows": [Counted], "activities": [counted]}

@@ -69,3 +69,14 @@ def test_unreachable_kafka(tmp_path: Path) -> None:
     result = run_cli("cluster", "status", "--kafka", f"127.0.0.1:{port}", "--timeout", "3",
                      env=_env(tmp_path, os.environ["PATH"]))
     _assert_clear_failure(result, f"cannot reach Kafka at 127.0.0.1:{port} within 3s")
+
+
+def test_invalid_json_input_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    (port,) = free_ports(1)  # nothing listens there: a refusal that tried to send would say "cannot reach"
+    env = _env(tmp_path, os.environ["PATH"], COLUMNS="200")
+    for args in (("start", "T", "--id", "wf", "-q", "q", "-i", "{bad"), ("signal", "wf", "go", "--input", "[1,"),
+                 ("query", "wf", "state", "--arg", '"open')):
+        result = run_cli("workflow", *args, "--server", f"http://127.0.0.1:{port}", env=env)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "looks like JSON but is not valid JSON" in result.stderr and "Traceback" not in result.stderr
+        assert "cannot reach" not in result.stderr

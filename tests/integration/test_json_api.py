@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -140,3 +141,28 @@ def test_fire_and_forget_starts(api: tuple[ServerProcess, str]) -> None:
         status, body = call(server, "POST", "/api/v1/namespaces/default/workflows",
                             {"workflow_id": wf, "workflow_type": "Bulk", "task_queue": "bulk-q"})
         assert status == 409, body
+
+
+def test_size_refusals_are_413s_in_the_error_model_and_values_up_to_the_payload_limit_go_through(
+        api: tuple[ServerProcess, str]) -> None:
+    server, _ = api
+    base = "/api/v1/namespaces/default/workflows"
+    wf = f"big-{uuid.uuid4().hex[:6]}"
+    value = "x" * (2 * 2**20 - 64)  # just under the payload hard limit (2 MiB), which the SDK's Avro path takes too
+    status, started = call(server, "POST", base, {"workflow_id": wf, "workflow_type": "Big", "task_queue": "big-q",
+                                                  "input": [value]})
+    assert status == 201, started
+    status, page = call(server, "GET", f"{base}/{wf}/history?page_size=1")
+    assert status == 200
+    (sent,) = page["events"][0]["attributes"]["input"]
+    assert json.loads(base64.b64decode(sent["data"])) == value
+
+    status, body = call(server, "POST", base, raw=json.dumps({"workflow_id": "huge", "workflow_type": "Big",
+                                                              "task_queue": "big-q", "input": ["x" * 2**22]}).encode())
+    assert (status, body["code"]) == (413, "too_large"), body
+    assert body["details"]["limit_bytes"] == 2**22 and "4,194,304-byte limit" in body["message"]
+
+    status, body = call(server, "POST", f"{base}/{wf}/signal", {"signal_name": "more", "input": ["x" * 2**21]})
+    assert (status, body["code"]) == (413, "too_large"), body
+    assert body["details"]["field"] == "input[0]" and body["details"]["limit_bytes"] == 2**21
+    assert call(server, "POST", f"{base}/{wf}/terminate", {"reason": "done"})[0] == 200

@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from ostinato.connectors.visibility_opensearch import OpenSearchVisibilityFeeder, OpenSearchVisibilityStore
+from ostinato.connectors.visibility_opensearch import (
+    OpenSearchUnavailableError,
+    OpenSearchVisibilityFeeder,
+    OpenSearchVisibilityStore,
+)
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import run_key, shard_for
 from ostinato.services.admin.cluster import init_cluster
@@ -69,7 +73,16 @@ def committed(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
 
 
 def statuses(store: OpenSearchVisibilityStore) -> dict[str, str]:
-    rows, token = store.list(NS, "ORDER BY WorkflowId", page_size=1000)
+    """Every run's status. A search that times out is asked again (a few times): just after an outage, on a loaded
+    machine, OpenSearch's first searches can outlast the store's 3 s read timeout; that is not what is tested."""
+    for attempt in range(5):
+        try:
+            rows, token = store.list(NS, "ORDER BY WorkflowId", page_size=1000)
+            break
+        except OpenSearchUnavailableError:
+            if attempt == 4:
+                raise
+            time.sleep(2)
     assert token is None
     return {r["workflow_id"]: r["status"] for r in rows}
 

@@ -164,6 +164,7 @@ class ShardEngine(InMemoryEngine):
             self.rejections[rejection.code] += 1
             self.rejected.append((rejection.command, {"code": rejection.code, "message": rejection.message,
                                                       "existing_run_id": ""}))
+        self.quarantined.extend((q.code, q.command_type, q.run_id) for q in owner.quarantined)
         for out in owner.outputs:
             self._deliver(out)
         owner.committed({})

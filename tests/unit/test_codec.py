@@ -142,7 +142,7 @@ def test_the_worked_example_in_the_schemas_readme_is_current() -> None:
     from ostinato.schemas import partition_for
 
     readme = (Path(__file__).parents[2] / "schemas" / "README.md").read_text()
-    block = readme.split("value = 83 bytes:\n", 1)[1].split("```", 1)[0]
+    block = readme.split("value = 84 bytes:\n", 1)[1].split("```", 1)[0]
     shown = bytes.fromhex("".join(m.group(0) for line in block.splitlines()
                                   if (m := re.match(r"(?:[0-9a-f]{2} )+", line + " "))))
     record = {
@@ -153,7 +153,7 @@ def test_the_worked_example_in_the_schemas_readme_is_current() -> None:
             "result": [{"metadata": {"encoding": b"json/plain"}, "data": b'"ok"'}]}),
     }
     assert encode("ostinato.command.Command", record) == shown
-    assert len(shown) == 83
+    assert len(shown) == 84
     assert (partition_for("default/order-1", 4), partition_for("default/order-1", 16)) == (1, 13)
 
 

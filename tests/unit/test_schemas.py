@@ -101,7 +101,7 @@ def test_the_catalogue_is_complete() -> None:
     }
     assert expected <= set(TYPES)
     body = next(f for f in _canonical_json("ostinato.command.Command")["fields"] if f["name"] == "body")["type"]
-    assert len(body) == 20  # every command of the wire-contract issue, client-facing and internal
+    assert len(body) == 21  # every command of the wire-contract issue, client-facing and internal; + redrive (16)
     event_types = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][2]["type"]
     attributes = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][4]["type"]
     assert len(event_types["symbols"]) - 1 == len(attributes) == 41

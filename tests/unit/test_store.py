@@ -3,6 +3,7 @@ a reopen, refuse a second opener, and be wiped (only) when it cannot be trusted.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from ostinato.services.history.store import (
     MemoryStore,
     RocksStore,
     ShardStore,
+    StoreClosed,
     StoreCorrupt,
     StoreLocked,
     open_rocks,
@@ -127,6 +129,22 @@ def test_a_write_that_fails_changes_nothing(store: ShardStore) -> None:
     assert list(store.scan(Family.STATE)) == [(b"k", b"old")]
 
 
+def test_a_closed_store_raises_store_closed_even_in_a_scan_under_way(store: ShardStore) -> None:
+    store.write({Family.HISTORY: dict.fromkeys(KEYS, b"v")})
+    scan = store.scan(Family.HISTORY)
+    assert next(scan) == (b"", b"v")
+    store.close()
+    with pytest.raises(StoreClosed):
+        next(scan)  # a reader holding the store when its shard moves meets StoreClosed, not a half-closed database
+    with pytest.raises(StoreClosed):
+        store.get(Family.STATE, b"k")
+    with pytest.raises(StoreClosed):
+        list(store.scan(Family.STATE))
+    with pytest.raises(StoreClosed):
+        store.write({Family.STATE: {b"k": b"v"}})
+    store.close()  # closing again is harmless
+
+
 def test_unpack_int_defaults_for_a_missing_value() -> None:
     assert unpack_int(None) == 0 and unpack_int(None, default=-1) == -1
     assert unpack_int(pack_int(-5)) == -5
@@ -149,6 +167,48 @@ def test_close_and_reopen_keeps_everything_and_releases_the_lock(tmp_path: Path)
         assert unpack_int(again.get(Family.META, CHECKPOINT_STATE)) == 9
         assert again.get(Family.META, FORMAT) == FORMAT_VERSION
         again.close()
+
+
+def test_closing_drops_the_iterator_of_an_unfinished_scan_so_the_lock_goes_too(tmp_path: Path) -> None:
+    path = tmp_path / "shard-6"
+    store = RocksStore(path)
+    store.write({Family.HISTORY: dict.fromkeys(KEYS, b"v")})
+    unfinished = store.scan(Family.HISTORY)
+    next(unfinished)  # a reader stopped mid-scan (a RocksDB iterator alive would keep the LOCK)
+    store.close()
+    again = RocksStore(path)  # the shard comes back to this process at once
+    assert len(list(again.scan(Family.HISTORY))) == len(KEYS)
+    again.close()
+    with pytest.raises(StoreClosed):
+        next(unfinished)
+
+
+def test_readers_on_another_thread_see_answers_or_store_closed_never_another_error(tmp_path: Path) -> None:
+    """The owner's read API reads on the event loop while the processor thread closes a revoked shard's store."""
+    for attempt in range(5):
+        store = RocksStore(tmp_path / f"shard-{attempt}")
+        store.write({Family.HISTORY: {f"k{i:04}".encode(): b"v" * 100 for i in range(500)}})
+        seen: list[BaseException] = []
+        started = threading.Event()
+
+        def read(store: RocksStore = store, seen: list[BaseException] = seen, started: threading.Event = started,
+                 ) -> None:
+            try:
+                while True:
+                    started.set()
+                    assert store.get(Family.HISTORY, b"k0001") == b"v" * 100
+                    assert len(list(store.scan(Family.HISTORY, prefix=b"k0"))) == 500
+            except BaseException as exc:  # noqa: BLE001 - the test inspects whatever the reader met
+                seen.append(exc)
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for reader in readers:
+            reader.start()
+        started.wait(5)
+        store.close()
+        for reader in readers:
+            reader.join(10)
+        assert [type(e) for e in seen] == [StoreClosed, StoreClosed], seen
 
 
 def test_a_second_opener_is_refused_and_open_rocks_does_not_wipe_a_locked_store(tmp_path: Path) -> None:

@@ -1,0 +1,162 @@
+"""Owner reads when the shard moves mid-request, without Kafka: the read API over a RocksStore the "processor"
+closes from another thread, as it does when the group revokes a shard. Every answer is a redirect to the new
+owner or a 503 with Retry-After, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from ostinato.schemas.keys import run_key
+from ostinato.services.frontend import api
+from ostinato.services.frontend.reads import HOP, ReadContext, add_routes
+from ostinato.services.history.shard import Shard
+from ostinato.services.history.store import Family, MemoryStore, RocksStore, ShardStore
+from ostinato.services.history.waiters import HistoryWaiters
+from ostinato.streams.engine import DEFAULT_CONFIG
+from ostinato.streams.model import decode_current
+from tests.unit.shard_support import NOW, commit, start_command, topology
+
+NS, WF = "default", "waits"
+ME, NEW_OWNER = "me", "http://127.0.0.1:1"
+BASE = f"/api/v1/namespaces/{NS}/workflows/{WF}"
+
+
+class Source:
+    """The processor's `store_of`: the store while this process owns the shard, None once it released it."""
+
+    def __init__(self, store: ShardStore) -> None:
+        self.store: ShardStore | None = store
+
+    def store_of(self, shard: int) -> ShardStore | None:
+        return self.store
+
+
+class Owners:
+    """The ownership table: who `<p>.cluster` says owns the shard, and where it serves reads."""
+
+    def __init__(self) -> None:
+        self.owner_id, self.endpoint = ME, "http://127.0.0.1:2"
+
+    def owner(self, shard: int) -> dict[str, object] | None:
+        return {"shard": shard, "owner_id": self.owner_id, "read_endpoint": self.endpoint}
+
+    def owners(self) -> dict[int, dict[str, object]]:
+        return {0: {"shard": 0, "owner_id": self.owner_id, "read_endpoint": self.endpoint}}
+
+    def moved(self) -> None:
+        self.owner_id, self.endpoint = "another", NEW_OWNER
+
+
+def _store_with_an_open_run(path: Path) -> tuple[RocksStore, str, int]:
+    """A RocksStore holding one started run (whose next event will not come), its run id and history length."""
+    shard = Shard(0, MemoryStore(), topology(1), DEFAULT_CONFIG)
+    shard.process(start_command(WF), 0, NOW)
+    commit(shard)
+    store = RocksStore(path)
+    store.write({f: dict(shard.store.scan(f)) for f in Family})
+    pointer = store.get(Family.STATE, f"{NS}/{WF}".encode())
+    assert pointer is not None
+    run_id = decode_current(pointer).run_id
+    events = len(list(store.scan(Family.HISTORY, prefix=(run_key(NS, WF, run_id) + "/").encode())))
+    return store, run_id, events
+
+
+Scenario = Callable[[TestClient[Any, Any], Source, Owners, RocksStore, HistoryWaiters, str, int], Awaitable[None]]
+
+
+def _serve(tmp_path: Path, scenario: Scenario) -> None:
+    store, run_id, events = _store_with_an_open_run(tmp_path / "shard-0")
+    source, owners, waiters = Source(store), Owners(), HistoryWaiters()
+    app = web.Application()
+    add_routes(app, ReadContext(1, source, owners, ME, waiters))
+    app.router.add_get(BASE.replace(WF, "{workflow_id}").replace(NS, "{namespace}") + "/result", api.result)
+
+    async def main() -> None:
+        waiters.bind(asyncio.get_running_loop())
+        async with TestClient(TestServer(app)) as client:
+            await scenario(client, source, owners, store, waiters, run_id, events)
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+
+
+async def _close_from_the_processor_thread(source: Source, store: RocksStore, *, release: bool) -> None:
+    """What `Processor._close_shards` does on revocation: forget the shard (unless `release` is False: a reader
+    that already took the store races the close), then close its store, on the processor's own thread."""
+    def close() -> None:
+        if release:
+            source.store = None
+        store.close()
+
+    thread = threading.Thread(target=close)
+    thread.start()
+    await asyncio.get_running_loop().run_in_executor(None, thread.join)
+
+
+async def _expect_503(response: Any) -> None:
+    body = await response.json()
+    assert response.status == 503, body
+    assert body["code"] == "shard_unavailable" and body["details"] == {"shard": 0}
+    assert response.headers["Retry-After"] == "1"
+
+
+@pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
+def test_a_read_whose_store_closed_under_it_answers_503_with_retry_after(tmp_path: Path, suffix: str) -> None:
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        assert (await client.get(BASE + suffix)).status in (200, 504)  # served while owned
+        await _close_from_the_processor_thread(source, store, release=False)  # the reader still holds the store
+        await _expect_503(await client.get(BASE + suffix))
+
+    _serve(tmp_path, scenario)
+
+
+@pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
+def test_a_read_whose_store_closed_under_it_redirects_once_the_new_owner_is_known(tmp_path: Path,
+                                                                                  suffix: str) -> None:
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        await _close_from_the_processor_thread(source, store, release=False)
+        owners.moved()
+        moved = await client.get(BASE + suffix, allow_redirects=False)
+        assert moved.status == 307, await moved.text()
+        assert moved.headers["Location"].startswith(NEW_OWNER + BASE + suffix)
+        assert moved.headers["Location"].endswith(f"{HOP}=1")
+        # Already redirected once: ownership is moving, so a 503 to retry rather than a second hop.
+        hop = "&" if "?" in suffix else "?"
+        await _expect_503(await client.get(f"{BASE}{suffix}{hop}{HOP}=1", allow_redirects=False))
+
+    _serve(tmp_path, scenario)
+
+
+@pytest.mark.parametrize("path", ["/history?wait_ms=10000&next_page_token={next}", "/result?timeout_ms=10000"])
+@pytest.mark.parametrize("how", ["released-then-announced", "released", "closed-under-the-reader"])
+def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_path: Path, path: str,
+                                                                          how: str) -> None:
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        poll = asyncio.create_task(client.get(BASE + path.format(next=events + 1), allow_redirects=False))
+        await asyncio.sleep(0.3)
+        assert not poll.done()  # caught up: the read waits for the next event
+        await _close_from_the_processor_thread(source, store, release=how != "closed-under-the-reader")
+        if how == "released-then-announced":
+            owners.moved()
+        if how == "closed-under-the-reader":
+            waiters.notify([run_key(NS, WF, run_id).encode()])  # woken: it reads the closed store at once
+        answer = await asyncio.wait_for(poll, 5)  # the 1 s re-check notices a released shard
+        if how == "released-then-announced":
+            assert answer.status == 307 and answer.headers["Location"].startswith(NEW_OWNER + BASE)
+        else:
+            await _expect_503(answer)
+
+    _serve(tmp_path, scenario)
