@@ -222,7 +222,8 @@ class OstinatoEngine:
         service: Any = self.client.service
         first = 1
         while True:
-            page = await service._history_page("default", workflow_id, run_id, first, wait_ms=10_000)
+            page = await service._history_page("default", workflow_id, run_id, first, wait_ms=10_000,
+                                               deadline=time.monotonic() + 60)
             events = [] if page is None or page.get("unavailable") else page["events"]
             if any(e["event_type"] == "WORKFLOW_TASK_COMPLETED" for e in events):
                 return

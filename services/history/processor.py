@@ -59,6 +59,7 @@ IDLE_POLL_S = 0.5
 HOLD_POLL_S = 0.02  # while timeouts are held: about one fetch
 HOLD_LOG_AFTER_MS = 1_000
 MIN_SESSION_TIMEOUT_MS = 3_000
+REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
 
 
 def wall_ms() -> int:
@@ -164,7 +165,8 @@ class Processor:
             self.consumer.close()
             self._close_shards(list(self.shards))
             self._restorer.close()
-            self.producer.flush(5)
+            if self.producer is not None:
+                self.producer.flush(5)
 
     def _new_producer(self) -> Producer:
         producer = Producer({
@@ -445,9 +447,21 @@ class Processor:
 
     def _rebuild(self) -> None:
         assert self.producer is not None
-        with contextlib.suppress(KafkaException):  # a fenced producer may refuse even this; it is thrown away
-            self.producer.flush(1)
-        self.producer = self._new_producer()
+        # A fenced producer's records were aborted with its transaction: drop them, do not wait for them. It may
+        # refuse even that, in any way (a SystemError from librdkafka's log callback was seen under load); it is
+        # thrown away whatever it says.
+        with contextlib.suppress(Exception):
+            self.producer.purge()
+        self.producer = None
+        for attempt in range(REBUILD_ATTEMPTS):
+            try:
+                self.producer = self._new_producer()
+                break
+            except KafkaException as exc:
+                if attempt == REBUILD_ATTEMPTS - 1:
+                    raise
+                log.warning("a new producer could not start (%s); trying again", exc.args[0].str())
+                time.sleep(1.0)
         owned = sorted(self.shards)
         self._close_shards(owned)
         for index in owned:
