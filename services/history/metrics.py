@@ -23,8 +23,9 @@ class ProcessorMetrics:
         self.timers = Counter(p + "timers_fired", "Deadlines fired.", registry=registry)
         self.batch_size = Histogram(p + "batch_size", "Commands and timers per transaction.",
                                     buckets=_BATCH_BUCKETS, registry=registry)
-        self.commit_seconds = Histogram(p + "commit_seconds", "Time from the first produce to the end of the "
-                                        "commit of a transaction.", buckets=_LATENCY_BUCKETS, registry=registry)
+        self.commit_seconds = Histogram(p + "commit_seconds", "Time of a whole transaction: deciding the batch, "
+                                        "producing its records, sending offsets and committing.",
+                                        buckets=_LATENCY_BUCKETS, registry=registry)
         self.timer_lateness = Histogram(p + "timer_lateness_seconds", "How late deadlines fire.",
                                         buckets=_LATENCY_BUCKETS, registry=registry)
         self.rejections = Counter(p + "rejections", "Commands that changed nothing, by reason.", ["reason"],

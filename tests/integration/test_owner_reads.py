@@ -128,7 +128,10 @@ def test_long_polls_held_while_their_shards_move_answer_a_redirect_or_503_never_
     try:
         a.wait_owning(SHARDS)
         # No worker serves the queue and the task timeout is long: nothing adds events while the polls wait.
-        ids = start_workflows(kafka.bootstrap, topic_prefix, SHARDS, 12, "sleep", "nobody-q", task_timeout_ms=120_000)
+        # Fixed ids that cover every shard (`lp-0` .. `lp-11`: 3, 4, 2 and 3 per shard); random ones miss a shard in
+        # one run of eight. Each test has its own topic prefix, so fixed ids never meet.
+        ids = start_workflows(kafka.bootstrap, topic_prefix, SHARDS, 12, "sleep", "nobody-q", id_prefix="lp",
+                              task_timeout_ms=120_000)
         assert {shard_for("default", wf, SHARDS) for wf in ids} == set(range(SHARDS))
         lengths: dict[str, int] = {}
         deadline = time.monotonic() + 30
