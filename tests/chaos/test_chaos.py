@@ -1,11 +1,12 @@
 """Issue 16's chaos suite: two servers, two SDK workers and three brokers under a mixed workload (retried and
 heartbeating activities, timers, signals, children), one fault per test.
 
-Always asserted (true today): nothing lost, stuck or wrong; the whole history topic passes the independent checker;
-every shard store equals the fold of its history. Always measured and printed (`-s`), and written to
-`<tmp>/report.json`: activity re-executions counted by a ledger outside the engine, the longest gap in recorded
-events on the healthy server's shards, the first completion after both servers restart, HTTP 5xx seen by clients
-and workers, `result()` raises. Issue 16's thresholds on those figures are asserted only with
+Server faults strike while the victim holds a transaction open. Always asserted (true today): nothing lost, stuck
+or wrong; the whole history topic passes the independent checker; every shard store equals the fold of its history;
+no process exits on its own. Always measured and printed (`-s`), and written to `<tmp>/report.json`: activity
+re-executions counted by a ledger outside the engine, the longest gap in progress and the longest workflow task and
+activity wait on the healthy server's shards, the first completion after both servers restart, HTTP 5xx seen by
+clients and workers, `result()` raises. Issue 16's thresholds on those figures are asserted only with
 OSTINATO_CHAOS_STRICT=1. The short forms run by default; the full forms (`-m chaos_full`) are the acceptance run.
 Figures and how to run them: docs/reliability.md.
 """

@@ -90,13 +90,14 @@ def _on_b(name: str, title: str, inject: Inject) -> Scenario:
 
 
 SCENARIOS = {s.name: s for s in [
-    _on_b("server_kill", "kill -9 of server a, restarted 5 s later", lambda f: f.kill_server("a")),
-    _on_b("server_stop", "SIGSTOP of server a for 14 s (past its group session), then SIGCONT",
+    _on_b("server_kill", "kill -9 of server a with a transaction open, restarted 5 s later",
+          lambda f: f.kill_server("a")),
+    _on_b("server_stop", "SIGSTOP of server a with a transaction open, for 14 s (past its group session), then SIGCONT",
           lambda f: f.stop_server("a")),
     Scenario("broker_kill", "kill -9 of the broker leading commands[0], restarted 15 s later",
              lambda f: f.kill_broker()),
     Scenario("worker_kill", "kill -9 of worker w1, restarted 5 s later", lambda f: f.kill_worker("w1")),
-    _on_b("server_wipe", "kill -9 of server a, its data directory deleted, restarted at once",
+    _on_b("server_wipe", "kill -9 of server a with a transaction open, its data directory deleted, restarted at once",
           lambda f: f.wipe_server("a")),
     Scenario("both_servers_kill", "kill -9 of both servers at once, both restarted 3 s later",
              lambda f: f.kill_both()),
@@ -236,8 +237,10 @@ def measure(cluster: ChaosCluster, load: Load, injected: Faults, window_s: float
     gaps = [f["longest_gap_s"] for f in faults if "longest_gap_s" in f and f["kind"] in ONE_SERVER_FAULTS]
     all_gaps = [f["longest_gap_s"] for f in faults if "longest_gap_s" in f]
     any_gaps = [f["longest_gap_any_s"] for f in faults if "longest_gap_any_s" in f]
-    task_waits = [f["longest_workflow_task_s"] for f in faults if "longest_workflow_task_s" in f]
-    activity_waits = [f["longest_activity_wait_s"] for f in faults if "longest_activity_wait_s" in f]
+    stepped = [f for f in faults if "longest_workflow_task_s" in f]  # one-server faults if any, else a broker's
+    stepped = [f for f in stepped if f["kind"] in ONE_SERVER_FAULTS] or stepped
+    task_waits = [f["longest_workflow_task_s"] for f in stepped]
+    activity_waits = [f["longest_activity_wait_s"] for f in stepped]
     completions = [f.get("first_completion_s") for f in faults if f.get("restart_ms")]
     return {
         **judged.figures(),
@@ -264,7 +267,7 @@ def measure(cluster: ChaosCluster, load: Load, injected: Faults, window_s: float
         "result_raise_examples": [r.error for r in raises[:5]],
         "start_retries": sum(len(o.start_errors) for o in outcomes),
         "signal_retries": sum(len(o.signal_errors) for o in outcomes),
-        "faults": faults, "unexpected_exits": injected.unexpected,
+        "faults": faults, "unexpected_exits": injected.unexpected, "load_started_ms": load.first_ms,
         "duration_s": round(time.monotonic() - started, 1),
     }
 
