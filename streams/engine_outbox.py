@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import MAX_RECORD_BYTES
@@ -14,6 +14,7 @@ from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.model import RunState
 from ostinato.streams.perform import RecordTooLarge
+from ostinato.streams.records import HistorySequence
 
 if TYPE_CHECKING:
     from ostinato.streams.engine import InMemoryEngine
@@ -129,7 +130,7 @@ class EngineOutbox:
         self.later(lambda: self._engine.archive_requests.append((namespace, workflow_id, run_id)))
 
 
-class JoinedHistory(Sequence[Record]):
+class JoinedHistory(HistorySequence):
     """A run's committed history followed by the events of the step being staged, as `Outbox.history` gives it."""
 
     def __init__(self, committed: list[Record], staged: list[Record]) -> None:
@@ -139,20 +140,8 @@ class JoinedHistory(Sequence[Record]):
     def __len__(self) -> int:
         return len(self._committed) + len(self._staged)
 
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Record]: ...
-
-    def __getitem__(self, index: int | slice) -> Record | list[Record]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
+    def event_at(self, index: int) -> Record:
         n = len(self._committed)
-        if not 0 <= index < n + len(self._staged):
-            raise IndexError(index)
         return self._committed[index] if index < n else self._staged[index - n]
 
     def __iter__(self) -> Iterator[Record]:

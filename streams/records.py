@@ -4,7 +4,7 @@ by the one interpreter of actions, `streams.perform`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 from ostinato.schemas import wire
 from ostinato.streams import events as ev
@@ -14,6 +14,33 @@ from ostinato.streams.deciders.common import transient_task_events
 from ostinato.streams.model import RunState
 
 Record = dict[str, Any]
+
+class HistorySequence(Sequence[Record]):
+    """A run's history as the task builders index it (event n at n - 1): subclasses say how long it is and how
+    to read one event; slices and negative indexes are handled once, here."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def event_at(self, index: int) -> Record:
+        """The event at 0 <= index < len(self)."""
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return [self.event_at(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.event_at(index)
+
 
 WORKFLOW_TASK = wire.WORKFLOW_TASK
 ACTIVITY_TASK = wire.ACTIVITY_TASK

@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import activity_task_key, history_key, run_key, split_key, workflow_key
@@ -30,6 +30,7 @@ from ostinato.streams.deciders import decide
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
 from ostinato.streams.perform import RecordTooLarge, perform
 from ostinato.streams.quarantine import quarantinable, quarantine, quarantined_message
+from ostinato.streams.records import HistorySequence
 
 Record = dict[str, Any]
 CACHE_SIZE = 10_000  # decoded workflows kept per shard between batches
@@ -437,8 +438,8 @@ class _ShardOutbox:
         log.debug("shard %d: %s/%s/%s is due for archival", self._shard.index, namespace, workflow_id, run_id)
 
 
-class HistoryView(Sequence[Record]):
-    """A run's history as the task builders index it (event n at n - 1), read lazily through the overlay."""
+class HistoryView(HistorySequence):
+    """A run's history read lazily through the overlay."""
 
     def __init__(self, shard: Shard, run: RunState) -> None:
         self._shard = shard
@@ -447,21 +448,8 @@ class HistoryView(Sequence[Record]):
     def __len__(self) -> int:
         return self._run.history_length
 
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Record]: ...
-
-    def __getitem__(self, index: int | slice) -> Record | list[Record]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
+    def event_at(self, index: int) -> Record:
         event = self._shard.event(self._run.namespace, self._run.workflow_id, self._run.run_id, index + 1)
         if event is None:
             raise IndexError(f"event {index + 1} of run {self._run.run_id} is not in the store")
         return event
-
-    def __iter__(self) -> Iterator[Record]:
-        return (self[i] for i in range(len(self)))
