@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec, wire
@@ -29,8 +29,10 @@ from tests.tools.workload import start_workflows, wait_closed
 
 SHARDS = 2
 QUEUE = "held"
-TASK_TIMEOUT_MS = 1_000
-ROGUE_TXN_TIMEOUT_MS = 5_000  # how long the "crashed" producer's transaction stays open
+# The test must answer the task before its timeout falls due and open the rogue transaction first; at a load of 15+
+# that took more than the 1 s this used to allow (the task timed out before the answer, and the run never closed).
+TASK_TIMEOUT_MS = 5_000
+ROGUE_TXN_TIMEOUT_MS = 12_000  # how long the "crashed" producer's transaction stays open: well past the timeout
 
 
 @pytest.fixture
@@ -43,9 +45,12 @@ def server(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> Iterator[S
 
 
 def _take_task(bootstrap: str, prefix: str, timeout: float = 30.0) -> dict:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-probe", "auto.offset.reset": "earliest",
+    """Read the dispatched workflow task; assigned, not subscribed, so no group join eats into the task timeout."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}-probe", "enable.auto.commit": False,
                          "isolation.level": "read_committed"})
-    consumer.subscribe([task_topic_name(prefix, QUEUE, TaskKind.WORKFLOW)])
+    topic = task_topic_name(prefix, QUEUE, TaskKind.WORKFLOW)
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -86,12 +91,16 @@ def test_a_completion_behind_an_open_transaction_beats_the_task_timeout(kafka: K
         "build_id": ""}, run_id=task["run_id"], identity="worker")
     produce_command(worker, topic_prefix, SHARDS, answer)
     assert worker.flush(10) == 0
+    due_ms = task["deadline_ms"]
+    answered_ms = int(time.time() * 1000)
+    assert answered_ms < due_ms, f"the answer was written {answered_ms - due_ms} ms after the timeout fell due: " \
+                                 "this machine was too slow for the test to mean anything"
 
     closed = wait_closed(kafka.bootstrap, topic_prefix, [wf], timeout=60)
     waited = time.monotonic() - opened
     assert closed == {wf: "WORKFLOW_EXECUTION_COMPLETED"}
     # It closed only once the coordinator aborted the transaction, long after the task timeout fell due...
-    assert waited > TASK_TIMEOUT_MS / 1000 * 2, waited
+    assert int(time.time() * 1000) > due_ms + 2_000 and waited > ROGUE_TXN_TIMEOUT_MS / 1000 / 2, waited
     # ...and the timeout never fired: the completion was read first.
     report = check_history(kafka.bootstrap, topic_prefix, timeout=60)
     assert report.ok, report.problems[:10]
