@@ -27,7 +27,7 @@ from ostinato.schemas.topics import MAX_RECORD_BYTES
 from ostinato.services.frontend.gateway import CommandGateway, GatewayError
 from ostinato.services.frontend.http import error
 from ostinato.services.frontend.namespaces_api import unknown_namespace
-from ostinato.services.frontend.reads import READS, owner_read, run_id_param, store_or_redirect
+from ostinato.services.frontend.reads import READS, not_found, owner_read, run_id_param, store_or_redirect
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.streams.model import decode_run
 
@@ -288,7 +288,7 @@ async def result(request: web.Request) -> web.Response:
     follow = request.query.get("follow", "true") != "false"
     run_id = run_id_param(store, ns, wf, request)
     if not run_id:
-        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}")
+        return not_found(request, f"no workflow {wf!r} in namespace {ns!r}")
     deadline = time.monotonic() + wait_s
     waiters = request.app[READS].waiters
     delay = 0.02

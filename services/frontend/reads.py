@@ -37,6 +37,10 @@ RETRY_AFTER_S = 1  # a 503's Retry-After: a moving shard has its new owner withi
 class StoreSource(Protocol):
     def store_of(self, shard: int) -> ShardStore | None: ...
 
+    def settled(self) -> bool:
+        """False while this process's stores may lag Kafka (`Processor.settled`): "not found" is then a 503."""
+        ...
+
 
 class OwnerTable(Protocol):
     """Who owns each shard and where it serves reads (`services/admin/ownership.py:OwnershipTable`)."""
@@ -88,6 +92,19 @@ def owner_elsewhere(request: web.Request, shard: int) -> web.Response:
     return response
 
 
+def not_found(request: web.Request, message: str) -> web.Response:
+    """A 404 for a workflow or run the owner's store does not hold; a 503 with `Retry-After` instead while the
+    store may lag Kafka (a failed or long-open transaction: this process may have lost the shard unknowingly),
+    since the run may well exist."""
+    source = request.app[READS].source
+    if source is not None and not source.settled():
+        response = error(503, "shard_unsettled", f"{message} on this owner, whose latest transaction failed or is "
+                         f"still open: it may have lost the shard; retry in {RETRY_AFTER_S}s")
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+    return error(404, "not_found", message)
+
+
 def owner_read(handler: Handler) -> Handler:
     """Serve a read that holds a shard's store. When the shard moves mid-request (the processor thread closes the
     store on revocation, so the read raises `StoreClosed`), answer as a request arriving now would be answered: a
@@ -121,8 +138,8 @@ def _run_state(request: web.Request) -> tuple[ShardStore, str, bytes] | web.Resp
     run_id = run_id_param(store, ns, wf, request)
     data = store.get(Family.STATE, run_key(ns, wf, run_id).encode()) if run_id else None
     if run_id is None or data is None:
-        return error(404, "not_found", f"no workflow {wf!r} in namespace {ns!r}"
-                     + (f" with run {run_id!r}" if run_id else ""))
+        named = f" with run {run_id!r}" if run_id else ""
+        return not_found(request, f"no workflow {wf!r} in namespace {ns!r}{named}")
     return store, run_id, data
 
 

@@ -122,6 +122,11 @@ class Processor:
         self._gates: dict[int, InputGate] = {}  # shard -> timeouts held until its commands are read
         self._holding = False
         self._hold_logged: dict[int, int] = {}
+        # When the stores may be behind what Kafka says (see `settled`): a transaction failed and none has
+        # committed since, or the open one began long ago. Written by the processor thread, read by the API's.
+        self._failed_since: float | None = None
+        self._open_since: float | None = None
+        self._session_s = 0.0
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self._restorer: Consumer | None = None
@@ -136,6 +141,7 @@ class Processor:
         sync_schemas(self.bootstrap, self.prefix)
         self.producer = self._new_producer()
         session_ms = self.options.session_timeout_ms or session_timeout_ms(self.bootstrap)
+        self._session_s = session_ms / 1000
         self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
                                    "group.id": f"{self.prefix}-restore-unused", "enable.auto.commit": False,
                                    "isolation.level": "read_committed", "enable.partition.eof": True,
@@ -310,6 +316,7 @@ class Processor:
     def _transaction(self, commands: list[Message], due: dict[int, list[bytes]], now: int) -> None:
         assert self.producer is not None and self.consumer is not None
         started = time.perf_counter()
+        self._open_since = time.monotonic()
         self.producer.begin_transaction()
         touched: set[int] = set(self._announce)
         for msg in commands:
@@ -335,6 +342,7 @@ class Processor:
                                                   OPERATION_TIMEOUT_S)
         self.faults.hit("after-send-offsets")
         self._commit()
+        self._open_since = self._failed_since = None
         self.faults.hit("after-commit")
         self._after_commit(touched, len(commands), fired, time.perf_counter() - started)
 
@@ -428,6 +436,9 @@ class Processor:
         and every owned shard caught up from its changelog again, since another owner may have written to it."""
         assert self.producer is not None
         err: KafkaError = exc.args[0]
+        self._open_since = None
+        if self._failed_since is None:
+            self._failed_since = time.monotonic()
         for shard in self.shards.values():
             shard.reset()
         if err.fatal():
@@ -492,6 +503,20 @@ class Processor:
     def owned(self) -> list[int]:
         with self._lock:
             return sorted(self.shards)
+
+    def settled(self) -> bool:
+        """Whether a read that finds nothing in an owned store may answer "not found".
+
+        A store holds what this process committed. When a transaction failed and none has committed since, or one
+        has been open for longer than the group session, this process may have lost its shards without hearing
+        of it yet (a broker failover can keep the revocation from it for seconds) while the new owner commits
+        runs this store will never see. Its reads then are stale: a run it does not have may exist, and clients
+        just told of it would be told it does not (seen in the chaos suite's broker kill). Found data is still
+        data that was committed; only absence is in doubt."""
+        failed, opened = self._failed_since, self._open_since
+        if failed is not None:
+            return False
+        return opened is None or time.monotonic() - opened < max(self._session_s, 1.0)
 
 
 def session_timeout_ms(bootstrap: str) -> int:

@@ -23,7 +23,7 @@ import pytest
 from ostinato.infra.kafka import KafkaCluster
 from tests.tools.chaos_run import FORMS, SCENARIOS, format_report, invariant_violations, run, strict_violations
 
-SHORT = ("server_kill", "server_stop", "both_servers_kill")
+SHORT = ("server_kill", "server_stop", "server_term", "both_servers_kill")
 STRICT = os.environ.get("OSTINATO_CHAOS_STRICT") == "1"
 REPORT_DIR = os.environ.get("OSTINATO_CHAOS_REPORT_DIR")  # where to keep a copy of every report (and the logs)
 

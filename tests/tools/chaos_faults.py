@@ -37,6 +37,7 @@ SERVER_NAMES = ("a", "b")
 # brokers' minimum, at least 3 s), so the frozen server's shards move and it comes back as a zombie to be fenced.
 STOP_S = 14.0
 OWN_TIMEOUT_S = 90.0
+HANDOVER_POLL_S = 0.05  # how often the heir's ownership table is read while a SIGTERM'd server hands over
 FREEZE_TRIES = 60  # attempts at catching a server with a transaction open (each a SIGSTOP of a few milliseconds)
 
 
@@ -51,6 +52,9 @@ class FaultEvent:
         restart_ms: for both servers killed: when both were started again.
         in_transaction: for a server fault: whether the victim was caught with a transaction open (see
             `Faults.freeze_in_transaction`); None for other faults.
+        handover_s: for a SIGTERM: from the signal until the other server had announced every shard as its own
+            (restored and serving); None if it never did within `OWN_TIMEOUT_S`.
+        exit_s: for a SIGTERM: from the signal until the stopped server's process exited.
     """
 
     kind: str
@@ -61,6 +65,8 @@ class FaultEvent:
     back_ms: int = 0
     restart_ms: int = 0
     in_transaction: bool | None = None  # a server fault: whether it struck while the victim had a transaction open
+    handover_s: float | None = None
+    exit_s: float | None = None
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,6 +239,49 @@ class Faults:
         self.events.append(event)
         await asyncio.sleep(stopped_s)
         self.cluster.servers[name].signal(signal.SIGCONT)
+        event.back_ms = now_ms()
+        await self._back(name, event)
+        return event
+
+    async def term_server(self, name: str, down_s: float = 5.0) -> FaultEvent:
+        """SIGTERM of one server (a deploy or a scale-in): it leaves the group and the other server takes its
+        shards; it is started again `down_s` after it exited. The handover is timed from outside: from the signal
+        until the other server announces every shard (`FaultEvent.handover_s`)."""
+        event = FaultEvent("server_term", name, 0, await self._healthy(name))
+        heir = self.cluster.servers[_other(name)]
+        server = self.cluster.servers[name]
+        self.hurting.add(name)
+        self.door.mark_down(name)
+        event.at_ms = now_ms()
+        signalled = time.monotonic()
+        server.signal(signal.SIGTERM)
+        self.events.append(event)
+
+        def handed_over() -> float | None:
+            deadline = signalled + OWN_TIMEOUT_S
+            while time.monotonic() < deadline:
+                try:
+                    status, body = heir.get("/api/v1/cluster/owners", timeout=2)
+                except OSError:
+                    status, body = 0, None
+                if status == 200:
+                    mine = {o["shard"] for o in body["owners"]
+                            if o["read_endpoint"] == heir.url and o["updated_at_ms"] >= event.at_ms}
+                    if len(mine | set(event.healthy_shards)) >= self.cluster.shards:
+                        return time.monotonic() - signalled
+                time.sleep(HANDOVER_POLL_S)
+            return None
+
+        exited = asyncio.ensure_future(asyncio.to_thread(server.wait_exit, OWN_TIMEOUT_S))
+        handover = await asyncio.to_thread(handed_over)
+        event.handover_s = None if handover is None else round(handover, 2)
+        if handover is None:
+            event.note += f" {heir.url} did not own every shard {OWN_TIMEOUT_S:.0f}s after the SIGTERM;"
+        await exited
+        event.exit_s = round(time.monotonic() - signalled, 2)
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(server.start)
+        self.hurting.discard(name)
         event.back_ms = now_ms()
         await self._back(name, event)
         return event

@@ -44,8 +44,9 @@ __all__ = ["FORMS", "SCENARIOS", "STRICT", "Form", "Scenario", "format_report", 
            "run_load", "strict_violations"]
 
 REPO = Path(__file__).resolve().parents[2]
-STRICT = {"longest_gap_s": 3.0, "first_completion_s": 5.0}  # issue 16's acceptance; and 0 for the counts
-ONE_SERVER_FAULTS = frozenset({"server_kill", "server_stop", "server_wipe"})
+# issue 16's acceptance; and 0 for the counts
+STRICT = {"longest_gap_s": 3.0, "first_completion_s": 5.0, "handover_s": 2.0}
+ONE_SERVER_FAULTS = frozenset({"server_kill", "server_stop", "server_wipe", "server_term"})
 SERVER_FAULTS = ONE_SERVER_FAULTS | {"both_servers_kill"}
 
 
@@ -97,6 +98,8 @@ SCENARIOS = {s.name: s for s in [
     Scenario("broker_kill", "kill -9 of the broker leading commands[0], restarted 15 s later",
              lambda f: f.kill_broker()),
     Scenario("worker_kill", "kill -9 of worker w1, restarted 5 s later", lambda f: f.kill_worker("w1")),
+    _on_b("server_term", "SIGTERM of server a (a deploy): its shards handed over to b; a restarted 5 s after it exited",
+          lambda f: f.term_server("a")),
     _on_b("server_wipe", "kill -9 of server a with a transaction open, its data directory deleted, restarted at once",
           lambda f: f.wipe_server("a")),
     Scenario("both_servers_kill", "kill -9 of both servers at once, both restarted 3 s later",
@@ -242,6 +245,7 @@ def measure(cluster: ChaosCluster, load: Load, injected: Faults, window_s: float
     task_waits = [f["longest_workflow_task_s"] for f in stepped]
     activity_waits = [f["longest_activity_wait_s"] for f in stepped]
     completions = [f.get("first_completion_s") for f in faults if f.get("restart_ms")]
+    handovers = [f["handover_s"] for f in faults if f["kind"] == "server_term"]
     return {
         **judged.figures(),
         "children": sum(len(o.spec.input.get("children", [])) for o in outcomes),
@@ -258,6 +262,7 @@ def measure(cluster: ChaosCluster, load: Load, injected: Faults, window_s: float
         "baseline_activity_wait_s": round(calm_waits.activity, 2),
         "first_completion_s": max((c for c in completions if c is not None), default=None) if completions else None,
         "completion_missing_after_restart": any(c is None for c in completions),
+        "handover_s": (None if None in handovers else max(handovers)) if handovers else None,
         **http.figures(), "http_5xx_examples": [x for x in http.samples if "status" in x][:5],
         "http_failure_examples": [x for x in http.samples if "failure" in x][:5],
         "server_unhandled_errors": len(unhandled), "server_unhandled_examples": unhandled[:5],
@@ -350,6 +355,10 @@ def strict_violations(report: dict[str, Any]) -> list[str]:
         first = report["first_completion_s"]
         if first is None or first > STRICT["first_completion_s"] or report["completion_missing_after_restart"]:
             out.append(f"first completion {first} s after the restart > {STRICT['first_completion_s']} s")
+    if "server_term" in kinds:
+        handover = report["handover_s"]
+        if handover is None or handover > STRICT["handover_s"]:
+            out.append(f"SIGTERM handover took {handover} s > {STRICT['handover_s']} s")
     if report["http_5xx"] or report["server_unhandled_errors"]:
         out.append(f"{report['http_5xx']} HTTP 5xx seen by clients and workers, "
                    f"{report['server_unhandled_errors']} unhandled errors in server logs")
@@ -388,7 +397,9 @@ HEADLINE = [
     ("baseline_workflow_task_s", "same, before the fault (s)"),
     ("longest_activity_wait_s", "longest wait of an activity for its first run, same (s)"),
     ("baseline_activity_wait_s", "same, before the fault (s)"),
-    ("first_completion_s", "first completion after the restart (s)"), ("http_5xx", "HTTP 5xx (503+Retry-After aside)"),
+    ("first_completion_s", "first completion after the restart (s)"),
+    ("handover_s", "SIGTERM: until the other server owned every shard (s)"),
+    ("http_5xx", "HTTP 5xx (503+Retry-After aside)"),
     ("http_5xx_all", "HTTP 5xx, all"), ("http_failures", "requests without an answer"),
     ("server_unhandled_errors", "unhandled errors in server logs"), ("result_raises", "result() raised (server up)"),
     ("result_raised_workflows", "workflows whose result() raised (server up)"),

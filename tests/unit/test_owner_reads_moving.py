@@ -34,9 +34,13 @@ class Source:
 
     def __init__(self, store: ShardStore) -> None:
         self.store: ShardStore | None = store
+        self.in_doubt = False  # `Processor.settled` is False: a transaction failed and none committed since
 
     def store_of(self, shard: int) -> ShardStore | None:
         return self.store
+
+    def settled(self) -> bool:
+        return not self.in_doubt
 
 
 class Owners:
@@ -158,5 +162,26 @@ def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_pa
             assert answer.status == 307 and answer.headers["Location"].startswith(NEW_OWNER + BASE)
         else:
             await _expect_503(answer)
+
+    _serve(tmp_path, scenario)
+
+
+@pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
+def test_an_owner_whose_transactions_fail_does_not_say_not_found(tmp_path: Path, suffix: str) -> None:
+    """A processor whose transactions fail may have lost the shard without knowing (a broker failover): the new
+    owner may have started the run this store lacks, so absence is a 503 to retry, not a 404 (the chaos suite's
+    broker kill had result() raise "no workflow" for runs just started). What it holds is still served."""
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        unknown = BASE.replace(WF, "started-elsewhere") + suffix
+        assert (await client.get(unknown)).status == 404
+        source.in_doubt = True
+        response = await client.get(unknown)
+        body = await response.json()
+        assert response.status == 503 and body["code"] == "shard_unsettled", body
+        assert response.headers["Retry-After"] == "1"
+        assert (await client.get(BASE + suffix)).status in (200, 504)  # a run it holds is still served
+        source.in_doubt = False
+        assert (await client.get(unknown)).status == 404
 
     _serve(tmp_path, scenario)
