@@ -35,6 +35,7 @@ console = Console() if sys.stdout.isatty() else Console(width=160)  # a log file
 FAULTS: dict[str, Inject] = {
     "server_kill": lambda f: f.kill_server(random.choice(SERVER_NAMES)),
     "server_stop": lambda f: f.stop_server(random.choice(SERVER_NAMES)),
+    "server_term": lambda f: f.term_server(random.choice(SERVER_NAMES)),
     "server_wipe": lambda f: f.wipe_server(random.choice(SERVER_NAMES)),
     "both_servers_kill": lambda f: f.kill_both(),
     "broker_kill": lambda f: f.kill_broker(),
