@@ -6,9 +6,10 @@ frozen producer on the shard's commands partition hides every record after it (w
 until the coordinator aborts it. Firing timeouts meanwhile re-runs work that finished.
 
 So per shard, when timeouts fall due, the gate notes the partition's high watermark (everything written so far,
-stable or not) and holds those timeouts until the consumer's position has passed it: everything written before
-they fell due has then been read and processed, in this batch or earlier, before them. Without a stuck
-transaction that costs one fetch (milliseconds); with one, the timeouts wait for the abort. The verdict written to
+stable or not; asked of the leader then, since the consumer's cached figure is as old as its last fetch) and holds
+those timeouts until the consumer's position has passed it: everything written before they fell due has then been
+read and processed, in this batch or earlier, before them. Without a stuck transaction that costs a ListOffsets
+and one fetch (milliseconds); with one, the timeouts wait for the abort. The verdict written to
 history is the same decision the core always makes; only the moment the shell asks for it moves, and the holds
 are counted (`ostinato_timeouts_held_total`) and logged when long.
 """

@@ -35,7 +35,7 @@ from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
 from ostinato.services.history.faults import FaultPoints
-from ostinato.services.history.input_gate import UNKNOWN, InputGate
+from ostinato.services.history.input_gate import UNKNOWN, InputGate, is_timeout
 from ostinato.services.history.metrics import ProcessorMetrics
 from ostinato.services.history.restore import open_and_restore
 from ostinato.services.history.schema_sync import sync_schemas
@@ -63,6 +63,7 @@ TIMER_SLACK_S = 0.01
 MIN_ROOM = 4  # commands a batch may always take, so commands keep moving under a storm of deadlines
 HOLD_POLL_S = 0.02  # while timeouts are held: about one fetch
 HOLD_LOG_AFTER_MS = 1_000
+HIGH_WATERMARK_TIMEOUT_S = 2.0  # asking the leader for a partition's end; timeouts stay held if it does not answer
 MIN_SESSION_TIMEOUT_MS = 3_000
 REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
 
@@ -137,6 +138,7 @@ class Processor:
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self._restorer: Consumer | None = None
+        self._watermarks: Consumer | None = None  # read_uncommitted, never subscribed: asks leaders for log ends
 
     # -- life cycle -----------------------------------------------------------------------------------------------
 
@@ -154,6 +156,11 @@ class Processor:
                                    "isolation.level": "read_committed", "enable.partition.eof": True,
                                    "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
                                    "fetch.max.bytes": MAX_RECORD_BYTES * 2})
+        # A read_committed consumer's ListOffsets answers the last stable offset, which stops at an open
+        # transaction: the input gate needs the end of the log, so it asks through a read_uncommitted client.
+        self._watermarks = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-watermarks"),
+                                     "group.id": f"{self.prefix}-watermarks-unused", "enable.auto.commit": False,
+                                     "isolation.level": "read_uncommitted"})
         self.consumer = Consumer({
             **base_config(self.bootstrap, self.owner_id),
             "group.id": f"{self.prefix}-history",
@@ -178,6 +185,7 @@ class Processor:
             self.consumer.close()
             self._close_shards(list(self.shards))
             self._restorer.close()
+            self._watermarks.close()
             if self.producer is not None:
                 self.producer.flush(5)
 
@@ -300,9 +308,11 @@ class Processor:
         assert self.consumer is not None
         tp = TopicPartition(self.commands_topic, index)
         position = self.consumer.position([tp])[0].offset
-        high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
         gate = self._gates.setdefault(index, InputGate())
-        ready, held = gate.judge(keys, now, position, high if high >= 0 else UNKNOWN)
+        high = UNKNOWN  # only asked for when the gate takes a new target
+        if gate.target is None and any(is_timeout(k) for k in keys):
+            high = self._high_watermark(tp)
+        ready, held = gate.judge(keys, now, position, high)
         if held:
             self.metrics.timeouts_held.inc(held)
             self._holding = True
@@ -313,6 +323,19 @@ class Processor:
                             "%d (high watermark %d; an open transaction of a crashed or frozen producer?)",
                             index, held, waited, position, high)
         return ready
+
+    def _high_watermark(self, tp: TopicPartition) -> int:
+        """The partition's end as the leader has it now. Not the consumer's cached figure: that is as old as the
+        last fetch response, so a completion written just before a timeout fell due could be missed (the chaos
+        suite's SIGTERM caught a heartbeat timeout fired over a heartbeat that way, during a rebalance). Nor the
+        processor's consumer's own query: read_committed, it answers the last stable offset."""
+        assert self._watermarks is not None
+        try:
+            high = self._watermarks.get_watermark_offsets(tp, timeout=HIGH_WATERMARK_TIMEOUT_S, cached=False)[1]
+        except KafkaException as exc:
+            log.debug("high watermark of %s[%d]: %s", tp.topic, tp.partition, exc)
+            return UNKNOWN
+        return high if high >= 0 else UNKNOWN
 
     def _poll_timeout(self) -> float:
         next_due = [t for t in (s.next_timer_ms() for s in self.shards.values()) if t is not None]
