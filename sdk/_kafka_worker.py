@@ -40,6 +40,12 @@ from ostinato.sdk.exceptions import RPCError
 Record = dict[str, Any]
 HistoryReader = Callable[[str, str, str], Awaitable[list[Record]]]  # (namespace, workflow id, run id) -> events
 REPLY_TIMEOUT_S = 30.0
+# How long a heartbeat waits for its answer (which says whether cancellation was asked) before the attempt goes on
+# without it: the answer comes on a replies partition that a dead server's open transaction can hold back for
+# seconds, and while a heartbeat waits, the next is not sent and the answer to the activity waits too, so the
+# engine would time the attempt out for want of heartbeats it was sent in time. A lost answer costs nothing: the
+# next heartbeat's answer says the same. At most a quarter of the heartbeat timeout.
+HEARTBEAT_ANSWER_WAIT_S = 0.25
 POLL_S = 0.05
 TOPICS_WAIT_S = 2.0  # how often a worker that may not create its task topics looks for them
 FETCH_MAX = 100  # tasks taken from Kafka at once
@@ -397,9 +403,13 @@ class KafkaWorkerLoop:
         executor = self.worker.activity_executor
         assert executor is not None
 
+        timeout_ms = task.get("heartbeat_timeout_ms") or 0
+        answer_wait = min(HEARTBEAT_ANSWER_WAIT_S, timeout_ms / 4000) if timeout_ms else HEARTBEAT_ANSWER_WAIT_S
+
         async def heartbeat(task: Record, details: list[Record]) -> bool:
             reply = await self.request(task, "RecordActivityTaskHeartbeat", {
-                "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "details": details})
+                "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "details": details},
+                timeout=answer_wait, quiet=True)
             if reply is None:
                 return False  # no answer in time: keep going, the next heartbeat asks again
             return reply["body"][0] != wire.ACCEPTED or bool(reply["body"][1]["cancel_requested"])
@@ -444,16 +454,18 @@ class KafkaWorkerLoop:
                 self.producer.poll(0.05)
         self.producer.poll(0)
 
-    async def request(self, task: Record, name: str, body: Record) -> Record | None:
-        """Send a command and wait for the engine's reply (None if none comes in time)."""
+    async def request(self, task: Record, name: str, body: Record, *, timeout: float = REPLY_TIMEOUT_S,
+                      quiet: bool = False) -> Record | None:
+        """Send a command (produced before the first await, so in order with what follows) and wait for the
+        engine's reply: None if none comes within `timeout` (logged unless `quiet`)."""
         request_id = uuid.uuid4().hex
         future = self.replies.expect(request_id)  # before producing: the reply may be back before produce returns
         try:
             self._send(task, name, body, self.reply_partition, request_id)
-            answer = await asyncio.wait_for(future, REPLY_TIMEOUT_S)
+            answer = await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            log.warning("no reply to %s for %s/%s in %.0fs", name, task["workflow_id"], task["run_id"],
-                        REPLY_TIMEOUT_S)
+            (log.debug if quiet else log.warning)("no reply to %s for %s/%s in %.1fs", name, task["workflow_id"],
+                                                  task["run_id"], timeout)
             return None
         finally:
             self.replies.forget(request_id, future)

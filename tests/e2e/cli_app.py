@@ -74,3 +74,32 @@ class Counted:
 
 
 eager_worker = {"task_queue": "cli-eager", "workflows": [Counted], "activities": [counted]}
+
+
+@activity.defn
+async def steady(marker_dir: str) -> str:
+    """Heartbeats every 0.1 s for 4 s, counting its executions outside the engine (one file per execution)."""
+    import asyncio
+    import os
+    from pathlib import Path
+
+    info = activity.info()
+    Path(marker_dir, f"attempt-{info.attempt}-pid-{os.getpid()}").touch()
+    for _ in range(40):
+        activity.heartbeat()
+        await asyncio.sleep(0.1)
+    return f"attempt {info.attempt}"
+
+
+@workflow.defn
+class Steady:
+    @workflow.run
+    async def run(self, marker_dir: str) -> str:
+        from ostinato import RetryPolicy
+
+        return await workflow.execute_activity(steady, marker_dir, start_to_close_timeout=timedelta(seconds=60),
+                                               heartbeat_timeout=timedelta(seconds=1),
+                                               retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)))
+
+
+steady_worker = {"task_queue": "cli-steady", "workflows": [Steady], "activities": [steady]}
