@@ -76,7 +76,10 @@ def _read_settings(admin: AdminClient, bootstrap: str, prefix: str, timeout: flo
         return None
     # Settings are written outside transactions; reading uncommitted keeps a hung transaction of another writer
     # of this topic (shard ownership) from stalling every reader at its last stable offset.
-    consumer = reader(bootstrap, f"{prefix}-cluster-reader", isolation="read_uncommitted")
+    # A short fetch wait: the end (a transaction marker after the last record) is seen from an empty fetch, which
+    # the broker would otherwise hold for 500 ms on every server start.
+    consumer = reader(bootstrap, f"{prefix}-cluster-reader", isolation="read_uncommitted",
+                      overrides={"fetch.wait.max.ms": 20})
     try:
         tp = TopicPartition(topic, 0)
         _, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
@@ -86,7 +89,7 @@ def _read_settings(admin: AdminClient, bootstrap: str, prefix: str, timeout: flo
         settings: ClusterSettings | None = None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
+            msg = consumer.poll(0.05)
             if (settings is None and msg is not None and msg.error() is None and msg.key() == SETTINGS_KEY.encode()
                     and msg.value() is not None):
                 # The first record wins: two racing inits both write, and everyone must agree on one of them.

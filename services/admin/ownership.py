@@ -24,7 +24,9 @@ class OwnershipTable:
     """Tails the cluster topic in a daemon thread and keeps the latest owner of every shard."""
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
-        self._consumer = reader(bootstrap, f"{prefix}-ownership")
+        # The end of the topic is known from an empty fetch, which the broker holds for fetch.wait.max.ms (500 ms by
+        # default): every server start waited that long to be caught up. New owners also show up sooner.
+        self._consumer = reader(bootstrap, f"{prefix}-ownership", overrides={"fetch.wait.max.ms": 50})
         self._topic = topic_name(prefix, Topic.CLUSTER)
         self._owners: dict[int, dict[str, object]] = {}
         self._namespaces: dict[str, dict[str, object]] = {}

@@ -154,7 +154,7 @@ class Processor:
         self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
                                    "group.id": f"{self.prefix}-restore-unused", "enable.auto.commit": False,
                                    "isolation.level": "read_committed", "enable.partition.eof": True,
-                                   "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
+                                   "auto.offset.reset": "error", "fetch.wait.max.ms": 10,
                                    "fetch.max.bytes": MAX_RECORD_BYTES * 2})
         # A read_committed consumer's ListOffsets answers the last stable offset, which stops at an open
         # transaction: the input gate needs the end of the log, so it asks through a read_uncommitted client.
@@ -176,6 +176,11 @@ class Processor:
         })
         self.consumer.subscribe([self.commands_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_revoke)
+        # Learn the changelogs' partitions while the group forms (the join runs in librdkafka's threads): a
+        # restorer's first assignment otherwise waits ~0.5 s for that metadata, on the path of every restart
+        # (measured: first empty restore 0.65 s, then 0.1 s; with this and the 10 ms fetch wait, 0.02-0.04 s).
+        for topic in (self.state_topic, self.history_topic):
+            self._restorer.list_topics(topic, timeout=OPERATION_TIMEOUT_S)
         self.ready.set()
         log.info("processor %s subscribed to %s (group session %d ms)", self.owner_id, self.commands_topic, session_ms)
         try:

@@ -41,7 +41,7 @@ from ostinato.streams.config import Config
 log = logging.getLogger("ostinato.restore")
 
 WRITE_EVERY = 5_000  # records per store write while restoring
-POLL_S = 0.05  # consume() waits this long for a full batch: short, or an empty restore takes that long
+POLL_S = 0.01  # consume() waits this long for a full batch: short, or an empty restore takes that long
 
 
 class RestoreError(RuntimeError):
