@@ -46,6 +46,11 @@ REPLY_TIMEOUT_S = 30.0
 # engine would time the attempt out for want of heartbeats it was sent in time. A lost answer costs nothing: the
 # next heartbeat's answer says the same. At most a quarter of the heartbeat timeout.
 HEARTBEAT_ANSWER_WAIT_S = 0.25
+# An attempt the engine marked started for us (eagerly, or on RecordActivityTaskStarted) is not run when the answer
+# that hands it over took longer than this share of its shortest timeout: the engine's clock started no earlier
+# than our request, so by the time the activity heartbeats the engine may have timed it out and retried it
+# elsewhere, and the work would run twice. Not running it costs a retry after the timeout, not a double effect.
+LATE_FRACTION = 0.5
 POLL_S = 0.05
 TOPICS_WAIT_S = 2.0  # how often a worker that may not create its task topics looks for them
 FETCH_MAX = 100  # tasks taken from Kafka at once
@@ -356,6 +361,7 @@ class KafkaWorkerLoop:
     async def _complete_eagerly(self, task: Record, command: str, body: Record, slots: int) -> None:
         """Send the completion and wait for its reply; run the activities it hands back, started for us."""
         self.starting += slots  # the slots are ours until the reply says what to run
+        asked = time.monotonic()
         try:
             reply = await self.request(task, command, body)
         finally:
@@ -364,7 +370,10 @@ class KafkaWorkerLoop:
             return  # no answer (the activities' timeouts retry them) or the completion was refused
         if reply.get("activity_tasks") and os.environ.get("OSTINATO_FAULT_POINT") == WORKER_EAGER_FAULT:
             os.kill(os.getpid(), signal.SIGKILL)  # test-only: die holding started activities (tests/chaos)
+        waited = time.monotonic() - asked
         for activity in reply.get("activity_tasks") or []:
+            if too_late(activity, waited):
+                continue
             self.eager_started += 1
             job = asyncio.ensure_future(self._run_activity(activity))
             self.running.add(job)
@@ -388,6 +397,7 @@ class KafkaWorkerLoop:
     async def _activity_task(self, task: Record) -> None:
         """Returns once the engine knows the attempt started (from then its timeouts protect it) or refused it."""
         self.starting += 1
+        asked = time.monotonic()
         try:
             started = await self.request(task, "RecordActivityTaskStarted", {
                 "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
@@ -395,6 +405,8 @@ class KafkaWorkerLoop:
             self.starting -= 1
         if started is None or started["body"][0] != wire.ACCEPTED:
             return  # stale (timed out, cancelled, or already started elsewhere)
+        if too_late(task, time.monotonic() - asked):
+            return
         job = asyncio.ensure_future(self._run_activity(task))
         self.running.add(job)
         job.add_done_callback(self.running.discard)
@@ -499,3 +511,14 @@ class KafkaWorkerLoop:
                 self.worker.activity_executor.cancel_all()
             await asyncio.gather(*self.running, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
+
+
+def too_late(task: Record, waited_s: float) -> bool:
+    """Whether an attempt handed over `waited_s` after we asked for it must not run (see `LATE_FRACTION`)."""
+    limits = [ms for ms in (task.get("heartbeat_timeout_ms"), task.get("start_to_close_timeout_ms")) if ms]
+    if not limits or waited_s * 1000 <= LATE_FRACTION * min(limits):
+        return False
+    log.warning("activity %s attempt %d of %s/%s was handed over %.1fs after we asked (answers held back?): not "
+                "run, so it cannot run twice; the engine's timeout retries it", task["activity_type"], task["attempt"],
+                task["workflow_id"], task["run_id"], waited_s)
+    return True

@@ -87,3 +87,38 @@ def test_an_activity_heartbeating_while_replies_are_held_runs_once(kafka: KafkaC
     assert result == "attempt 1", (result, events)
     assert sorted(p.name.split("-pid-")[0] for p in markers.iterdir()) == ["attempt-1"]
     assert "ACTIVITY_TASK_TIMED_OUT" not in events
+
+
+def test_an_attempt_handed_over_too_late_is_not_run_so_it_cannot_run_twice(kafka: KafkaCluster, topic_prefix: str,
+                                                                           server: ServerProcess,
+                                                                           tmp_path: Path) -> None:
+    """The replies are held from before the activity is dispatched: the answer that hands the started attempt to
+    the worker (eagerly, or to RecordActivityTaskStarted) comes ~4 s late, after the engine timed the attempt out
+    (1 s heartbeat timeout) and retried it. Run then, attempt 1 would run beside attempt 2 (the chaos suite's
+    server_kill saw it); the worker leaves it, so the activity runs once, as attempt 2 or later."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.cli_app:steady_worker",
+                               "--server", server.url], cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                              env={**os.environ})
+    try:
+        async def go() -> str:
+            async with await HttpService.connect(server.url) as service:
+                client = Client(service)
+                (tmp_path / "warm").mkdir()
+                warm = await client.start_workflow(Steady.run, str(tmp_path / "warm"),
+                                                   id=f"warm-{uuid.uuid4().hex[:6]}", task_queue=QUEUE)
+                await asyncio.wait_for(warm.result(), 90)  # the worker is up and caches nothing of the next one
+                await asyncio.to_thread(_hold_every_replies_partition, kafka.bootstrap, topic_prefix)
+                handle = await client.start_workflow(Steady.run, str(markers), id=f"late-{uuid.uuid4().hex[:6]}",
+                                                     task_queue=QUEUE)
+                return str(await asyncio.wait_for(handle.result(), 90))
+
+        result = asyncio.run(go())
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    runs = sorted(p.name.split("-pid-")[0] for p in markers.iterdir())
+    assert len(runs) == 1, (runs, result, log.read_text(errors="replace")[-3000:])
+    assert result == runs[0].replace("-", " "), (result, runs)
