@@ -325,8 +325,8 @@ class Processor:
             if waited >= HOLD_LOG_AFTER_MS and now - self._hold_logged.get(index, 0) >= HOLD_LOG_AFTER_MS:
                 self._hold_logged[index] = now
                 log.warning("shard %d: %d timeouts held for %d ms: the commands partition is unreadable past offset "
-                            "%d (high watermark %d; an open transaction of a crashed or frozen producer?)",
-                            index, held, waited, position, high)
+                            "%d (waiting to read up to %d; an open transaction of a crashed or frozen producer?)",
+                            index, held, waited, position, gate.target if gate.target is not None else high)
         return ready
 
     def _high_watermark(self, tp: TopicPartition) -> int:
