@@ -572,6 +572,8 @@ def batch_room(max_batch: int, next_due_ms: int | None, decide_s: float, now_ms:
     if next_due_ms is None or decide_s <= 0 or holding:
         return max_batch
     fits = (max(0, next_due_ms - now_ms) / 1000 + TIMER_SLACK_S) / decide_s
+    if fits >= max_batch:  # also a cost so small the quotient overflows to infinity (found by hypothesis)
+        return max_batch
     return min(max_batch, max(MIN_ROOM, int(fits)))
 
 
