@@ -50,7 +50,7 @@ HEARTBEAT_ANSWER_WAIT_S = 0.25
 # that hands it over took longer than this share of its shortest timeout: the engine's clock started no earlier
 # than our request, so by the time the activity heartbeats the engine may have timed it out and retried it
 # elsewhere, and the work would run twice. Not running it costs a retry after the timeout, not a double effect.
-LATE_FRACTION = 0.5
+LATE_FRACTION = 0.75  # 0.5 skipped hand-overs 1 s late under load (a 2 s heartbeat timeout), costing a full timeout
 POLL_S = 0.05
 TOPICS_WAIT_S = 2.0  # how often a worker that may not create its task topics looks for them
 FETCH_MAX = 100  # tasks taken from Kafka at once
