@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,21 +19,11 @@ from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.topics import TaskKind, task_topic_name
 from ostinato.sdk._http import HttpService
-from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import REPO
 from tests.e2e.cli_app import Counted
 from tests.tools.servers import ServerProcess
 
 QUEUE = "cli-eager"
-
-
-@pytest.fixture
-def server(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> Iterator[ServerProcess]:
-    init_cluster(kafka.bootstrap, topic_prefix, shards=2)
-    srv = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log").start()
-    srv.wait_owning(2)
-    yield srv
-    srv.stop()
 
 
 def _worker(server: ServerProcess, log: Path, **env: str) -> subprocess.Popen[bytes]:

@@ -11,37 +11,24 @@ partition for 4 s while an activity with a 1 s heartbeat timeout heartbeats: it 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
 from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.topics import Topic, topic_name
 from ostinato.sdk._http import HttpService
-from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import REPO
 from tests.e2e.cli_app import Steady
 from tests.tools.servers import ServerProcess
 
 QUEUE = "cli-steady"
 HOLD_MS = 4_000  # the open transaction's timeout: how long the replies stay unreadable
-
-
-@pytest.fixture
-def server(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> Iterator[ServerProcess]:
-    init_cluster(kafka.bootstrap, topic_prefix, shards=2)
-    srv = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log").start()
-    srv.wait_owning(2)
-    yield srv
-    srv.stop()
 
 
 def _hold_every_replies_partition(bootstrap: str, prefix: str) -> Producer:
@@ -57,14 +44,17 @@ def _hold_every_replies_partition(bootstrap: str, prefix: str) -> Producer:
     return rogue
 
 
+def _steady_worker(server: ServerProcess, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.cli_app:steady_worker", "--server",
+                             server.url], cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
 def test_an_activity_heartbeating_while_replies_are_held_runs_once(kafka: KafkaCluster, topic_prefix: str,
                                                                    server: ServerProcess, tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     log = tmp_path / "worker.log"
-    worker = subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.cli_app:steady_worker",
-                               "--server", server.url], cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                              env={**os.environ})
+    worker = _steady_worker(server, log)
     try:
         async def go() -> tuple[str, list[dict]]:
             async with await HttpService.connect(server.url) as service:
@@ -99,9 +89,7 @@ def test_an_attempt_handed_over_too_late_is_not_run_so_it_cannot_run_twice(kafka
     markers = tmp_path / "markers"
     markers.mkdir()
     log = tmp_path / "worker.log"
-    worker = subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.cli_app:steady_worker",
-                               "--server", server.url], cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                              env={**os.environ})
+    worker = _steady_worker(server, log)
     try:
         async def go() -> str:
             async with await HttpService.connect(server.url) as service:
