@@ -69,10 +69,13 @@ class OstinatoEngine:
     name = "ostinato"
 
     def __init__(self, *, shards: int = 4, workers: int = 1, home: Path | None = None, kafka: str | None = None,
-                 result_via: str = "sdk", sync_start: bool = False) -> None:
+                 result_via: str = "sdk", sync_start: bool = False, processors: int | None = None) -> None:
         if result_via not in ("sdk", "api"):
             raise ValueError(f"result_via must be 'sdk' or 'api', not {result_via!r}")
         self.shards, self.workers, self.kafka = shards, workers, kafka
+        # One history processor per shard by default: one server owns every shard here, and that is how a server
+        # owning several shards is meant to run (`ostinato server --processors`, docs/architecture.md).
+        self.processors = processors or shards
         self.result_via, self.sync_start = result_via, sync_start
         self._own_home = home is None
         self.home = home or Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
@@ -109,7 +112,7 @@ class OstinatoEngine:
         port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{port}"
         argv = [sys.executable, "-m", "ostinato", "server", "--kafka", bootstrap, "--prefix", self.prefix,
-                "--port", str(port), "--data-dir", str(self.home / "server")]
+                "--port", str(port), "--data-dir", str(self.home / "server"), "--processors", str(self.processors)]
         with (self.home / "server.log").open("ab") as log:
             self.server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self._wait_owning()

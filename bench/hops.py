@@ -431,7 +431,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.half_seconds:
         sizes = replace(sizes, half_seconds=args.half_seconds)
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="ostinato-hops-"))
-    engine = HopsEngine(home=home, kafka=args.kafka)
+    engine = HopsEngine(home=home, kafka=args.kafka, processors=args.processors)
     token, load_at_start = uuid.uuid4().hex[:6], os.getloadavg()
     try:
         print("== starting broker, server, worker", file=sys.stderr, flush=True)
@@ -473,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lone", type=int, default=0, help="lone workflows measured (quick 10, full 200)")
     parser.add_argument("--half-seconds", type=float, default=0.0, help="half-load run length (quick 5 s, full 30 s)")
     parser.add_argument("--kafka", default=None, help="use this running broker (local: its log files are read)")
+    parser.add_argument("--processors", type=int, default=None,
+                        help="ostinato server --processors (default: one per shard, 4)")
     parser.add_argument("--home", default="", help="working directory for the servers (default: a temp dir)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (docs/benchmarks.md)")
     parser.add_argument("--report", default="", metavar="JSON", help="print the tables of a saved report, run nothing")

@@ -155,9 +155,9 @@ class Archiver:
         return uri
 
     def _confirm(self, ns: str, wid: str, rid: str, uri: str, event_count: int) -> None:
-        command = {"namespace": ns, "workflow_id": wid, "run_id": rid, "request_id": f"archive-{uuid.uuid4().hex}",
-                   "identity": "ostinato-archiver", "time_ms": int(time.time() * 1000), "reply_partition": None,
-                   "body": (wire.command_type("ArchivalCompleted"), {"uri": uri, "event_count": event_count})}
+        command = wire.command(ns, wid, ("ArchivalCompleted", {"uri": uri, "event_count": event_count}), run_id=rid,
+                               request_id=f"archive-{uuid.uuid4().hex}", identity="ostinato-archiver",
+                               time_ms=int(time.time() * 1000))
         key = workflow_key(ns, wid)
         failure: list[Any] = []
         self._producer.produce(self.commands_topic, codec.encode(wire.COMMAND, command), key.encode(),

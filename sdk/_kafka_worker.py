@@ -147,7 +147,7 @@ class KafkaWorkerLoop:
         if not await self._ensure_task_topics(replication_factor, stopping):
             return
         self.producer = Producer({**base_config(self.bootstrap, self.worker.identity, security),
-                                  "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+                                  "enable.idempotence": True, "acks": "all", "linger.ms": 0,
                                   "message.max.bytes": MAX_RECORD_BYTES})
         self.reply_partition = random.randrange(self.reply_partitions)  # the partition our answers come back on
         group = worker_group(self.prefix, self.worker.task_queue)

@@ -75,7 +75,7 @@ def create_app(ctx: ServerContext, reads: ReadContext | None = None,
     app[_KAFKA_SECURITY] = public_security(security_config())
     app.router.add_get("/api/v1/cluster", get_cluster)
     app.router.add_get("/metrics", get_metrics)
-    add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, ""))
+    add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, frozenset()))
     add_archive_routes(app)
     install_openapi(app)
     return app
@@ -105,7 +105,7 @@ def default_data_dir() -> Path:
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
           ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
-          opensearch_url: str = "") -> None:
+          opensearch_url: str = "", processors: int = 1) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
     from ostinato.services.frontend.api import install as install_api
@@ -115,6 +115,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.frontend.namespaces_api import install as install_namespaces
     from ostinato.services.frontend.visibility_api import install as install_visibility
     from ostinato.services.history.processor import Processor, ProcessorOptions
+    from ostinato.services.history.processors import Processors
     from ostinato.streams.config import Config
 
     check_port_free(port, host, what="the Ostinato API")
@@ -123,8 +124,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     if not ownership.caught_up.wait(30):  # namespaces' retention must be known before any shard restores
         log.warning("%s.cluster was not read to its end in 30s; namespaces may be missing for a moment",
                     ctx.settings.topic_prefix)
-    proc: Processor | None = None
-    thread: threading.Thread | None = None
+    procs: Processors | None = None
+    threads: list[threading.Thread] = []
     waiters = HistoryWaiters()  # long-polls on history, woken by this process's commits
     failed = threading.Event()
     if processor:
@@ -133,23 +134,23 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             options.config = replace(options.config, archive=True)
         options.config_for = namespace_config(ownership, options.config)
         options.on_history = waiters.notify
-        proc = Processor(ctx.bootstrap, ctx.settings, options, registry=REGISTRY)
+        procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
+        if processors > ctx.settings.shards:
+            log.warning("%d processors for %d shards: %d will own nothing unless other servers leave",
+                        processors, ctx.settings.shards, processors - ctx.settings.shards)
 
-        def run_processor() -> None:
-            assert proc is not None
-            try:
-                proc.run()
-            except BaseException:
-                log.exception("the history processor stopped with an error; shutting the server down")
-                failed.set()
-                os.kill(os.getpid(), signal.SIGTERM)
+        def processor_failed(proc: Processor, exc: BaseException) -> None:
+            log.error("the history processor %s stopped with an error; shutting the server down", proc.owner_id,
+                      exc_info=exc)
+            failed.set()
+            os.kill(os.getpid(), signal.SIGTERM)
 
-        thread = threading.Thread(target=run_processor, name="ostinato-processor", daemon=True)
-        thread.start()
-    reads = ReadContext(ctx.settings.shards, proc, ownership, proc.owner_id if proc else "", waiters)
+        threads = procs.start(processor_failed)
+    reads = ReadContext(ctx.settings.shards, procs, ownership, procs.owner_ids if procs else frozenset(), waiters)
     log.info("Kafka security: %s", describe_security(security_config()))  # secrets hidden
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
-             ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards, ", processor on" if proc else "")
+             ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards,
+             f", {processors} processor{'s' if processors > 1 else ''}" if procs else "")
     app = create_app(ctx, reads, auth=auth)
 
     async def bind_waiters(app: web.Application) -> None:
@@ -160,15 +161,16 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     async def hand_over_shards(app: web.Application) -> None:
         """First thing on SIGTERM: finish the open transaction and leave the group, so the other servers take the
         shards at once; requests still in flight then get redirects or 503s, and the rest shuts down after."""
-        if proc is not None and thread is not None:
-            proc.stop()
-            await asyncio.get_running_loop().run_in_executor(None, thread.join, 30)
+        if procs is not None:
+            procs.stop()
+            for thread in threads:
+                await asyncio.get_running_loop().run_in_executor(None, thread.join, 30)
 
     app.on_shutdown.append(hand_over_shards)
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
     gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
     install_api(app, gateway)  # the JSON workflow API, over the same gateway
-    default_retention = proc.options.config.retention_ms if proc is not None else Config().retention_ms
+    default_retention = procs.options.config.retention_ms if procs is not None else Config().retention_ms
     install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
     install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
                        (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
@@ -180,9 +182,10 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
                     shutdown_timeout=SHUTDOWN_GRACE_S)
     finally:
-        if proc is not None and thread is not None:
-            proc.stop()
-            thread.join(30)  # leave the group cleanly so the shards move at once, not after the session timeout
+        if procs is not None:
+            procs.stop()
+            for thread in threads:  # leave the group cleanly so the shards move at once, not after the session
+                thread.join(30)
         ownership.stop()
     if failed.is_set():
         raise SystemExit(1)

@@ -81,6 +81,16 @@ def in_first_task_backoff(run: RunState, now_ms: int | None = None) -> bool:
     return waiting and run.execution_time_ms > (run.start_time_ms if now_ms is None else now_ms)
 
 
+def timer_command(namespace: str, workflow_id: str, deadline: Deadline, now_ms: int, identity: str,
+                  ) -> dict[str, object]:
+    """The FireTimer command for a due deadline, as the Kafka shard and the in-memory engine both process it: its
+    request id names the deadline, so a deadline fired twice (a retried batch) is recognised as one."""
+    request_id = (f"timer/{deadline.run_id}/{deadline.kind}/{deadline.timer_id}/{deadline.scheduled_event_id}/"
+                  f"{deadline.attempt}/{deadline.fire_at_ms}")
+    return wire.command(namespace, workflow_id, fire_timer_body(deadline), run_id=deadline.run_id,
+                        request_id=request_id, identity=identity, time_ms=now_ms)
+
+
 def fire_timer_body(deadline: Deadline) -> tuple[str, dict[str, object]]:
     """The FireTimer command body for a due deadline."""
     return (wire.command_type("FireTimer"), {

@@ -14,7 +14,7 @@ from ostinato.schemas.keys import run_key, workflow_key
 from ostinato.streams.actions import Action, Deadline, Reply
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.config import Config
-from ostinato.streams.deadlines import fire_timer_body
+from ostinato.streams.deadlines import timer_command
 from ostinato.streams.deciders import decide
 from ostinato.streams.engine_outbox import EngineOutbox, TimerKey
 from ostinato.streams.model import Workflow, encode_current, encode_run, to_record
@@ -275,12 +275,7 @@ class InMemoryEngine:
         """Turn a due deadline into a FireTimer command for its workflow; `run_until_idle` processes it."""
         fire_at, ns, wf, run_id, kind, timer_id, scheduled_event_id, attempt = key
         deadline = Deadline(fire_at, kind, run_id, timer_id, scheduled_event_id, attempt)
-        self.submit({
-            "namespace": ns, "workflow_id": wf, "run_id": run_id,
-            "request_id": f"timer/{run_id}/{kind}/{timer_id}/{scheduled_event_id}/{attempt}/{fire_at}",
-            "identity": SHELL_IDENTITY, "time_ms": self.clock.now_ms, "reply_partition": None,
-            "body": fire_timer_body(deadline),
-        })
+        self.submit(timer_command(ns, wf, deadline, self.clock.now_ms, SHELL_IDENTITY))
 
     @property
     def next_deadline_ms(self) -> int | None:
@@ -498,9 +493,8 @@ class InMemoryEngine:
               request_id: str | None = None, identity: str) -> Record | None:
         """Submit a command that waits for an answer, process until idle, and return the answer."""
         request_id = request_id or self._request_id()
-        self.submit({"namespace": namespace, "workflow_id": workflow_id, "run_id": run_id,
-                     "request_id": request_id, "identity": identity, "time_ms": self.clock.now_ms,
-                     "reply_partition": 0, "body": (wire.command_type(name), body)})
+        self.submit(wire.command(namespace, workflow_id, (name, body), run_id=run_id, request_id=request_id,
+                                 identity=identity, time_ms=self.clock.now_ms, reply_partition=0))
         self.run_until_idle()
         return self.reply(request_id)
 

@@ -182,6 +182,10 @@ def server(
         "--archiver/--no-archiver", envvar="OSTINATO_ARCHIVER",
         help="Run the archiver in this process (with --archive-uri). Without it, closed runs wait, undeleted, "
              "for an archiver elsewhere.")] = True,
+    processors: Annotated[int, typer.Option(
+        "--processors", envvar="OSTINATO_PROCESSORS", min=1,
+        help="History processors in this process, each with its own shards and Kafka transactions, so commits "
+             "overlap under load (see docs/architecture.md). More than the cluster's shards leaves some idle.")] = 1,
 ) -> None:
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     import ssl
@@ -203,7 +207,7 @@ def server(
         context.load_cert_chain(tls_cert, tls_key)
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
           advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
-          archiver=archiver, opensearch_url=opensearch_url)
+          archiver=archiver, opensearch_url=opensearch_url, processors=processors)
 
 
 @app.command("worker")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import time
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -52,11 +53,11 @@ class OwnerTable(Protocol):
 
 class ReadContext:
     def __init__(self, shards: int, source: StoreSource | None, ownership: OwnerTable | None,
-                 owner_id: str, waiters: HistoryWaiters | None = None) -> None:
+                 owner_ids: Collection[str], waiters: HistoryWaiters | None = None) -> None:
         self.shards = shards
         self.source = source
         self.ownership = ownership
-        self.owner_id = owner_id
+        self.owner_ids = frozenset(owner_ids)  # this server's processors (`--processors N`): never redirect to them
         self.waiters = waiters  # woken by this process's processor after each commit (long-polls)
 
 
@@ -82,7 +83,7 @@ def owner_elsewhere(request: web.Request, shard: int) -> web.Response:
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     owner = ctx.ownership.owner(shard) if ctx.ownership is not None else None
     endpoint = str(owner["read_endpoint"]) if owner else ""
-    if owner and endpoint and owner["owner_id"] != ctx.owner_id and HOP not in request.query:
+    if owner and endpoint and owner["owner_id"] not in ctx.owner_ids and HOP not in request.query:
         raw = request.raw_path  # still percent-encoded: a '/' inside a workflow id must stay %2F
         target = f"{endpoint.rstrip('/')}{raw}{'&' if '?' in raw else '?'}{HOP}=1"
         raise web.HTTPTemporaryRedirect(target)

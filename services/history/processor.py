@@ -6,7 +6,7 @@
         └── write overlay + checkpoint to RocksDB ◄── commit ◄── send offsets ◄────┘
 ```
 
-One transactional producer per process (exactly-once v2: offsets are sent with the consumer group's metadata, so a
+One transactional producer per processor, a server runs one or more (`processors.py`) (exactly-once v2: offsets are sent with the consumer group's metadata, so a
 zombie that lost its shards is fenced by the group coordinator). Every transaction that touches a shard sends that
 shard's offset, even one that only fired timers, or a zombie could commit a timer firing nobody consumed a command
 for. Stores are written only after a commit returns, so they never hold uncommitted data.
@@ -101,13 +101,15 @@ class Processor:
     """Owns the shards Kafka's group protocol gives it; run `run()` in its own thread."""
 
     def __init__(self, bootstrap: str, settings: ClusterSettings, options: ProcessorOptions,
-                 registry: CollectorRegistry | None = None, faults: FaultPoints | None = None) -> None:
+                 registry: CollectorRegistry | None = None, faults: FaultPoints | None = None,
+                 metrics: ProcessorMetrics | None = None) -> None:
         self.bootstrap = bootstrap
         self.settings = settings
         self.options = options
         self.prefix = settings.topic_prefix
-        self.owner_id = options.owner_id or _owner_id(options.data_dir / self.prefix)
-        self.metrics = ProcessorMetrics(registry if registry is not None else CollectorRegistry())
+        self.owner_id = options.owner_id or owner_id_of(options.data_dir / self.prefix)
+        # Several processors of one server share one set (`processors.py`); one alone registers its own.
+        self.metrics = metrics or ProcessorMetrics(registry if registry is not None else CollectorRegistry())
         self.faults = faults if faults is not None else FaultPoints.from_env()
         self.commands_topic = topic_name(self.prefix, Topic.COMMANDS)
         self.state_topic = topic_name(self.prefix, Topic.STATE)
@@ -223,14 +225,12 @@ class Processor:
         consumer.incremental_assign(partitions)
         if partitions:
             self._read_committed_offsets([tp.partition for tp in partitions])
-        self.metrics.owned_shards.set(len(self.shards))
         self.restored.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Callbacks run inside poll, between transactions: nothing is open, the stores are already committed."""
         self._close_shards([tp.partition for tp in partitions])
         consumer.incremental_unassign(partitions)
-        self.metrics.owned_shards.set(len(self.shards))
 
     def _open_shard(self, index: int) -> None:
         assert self._restorer is not None
@@ -244,6 +244,7 @@ class Processor:
         with self._lock:
             self.shards[index] = Shard(index, store, self.topology, self.options.config,
                                        config_for=self.options.config_for)
+        self.metrics.owned_shards.inc()  # inc/dec, not set: the gauge is the server's, shared by its processors
         self._announce.add(index)
         log.info("shard %d: owned by %s (restored %d records in %.2fs)", index, self.owner_id, result.records,
                  result.seconds)
@@ -257,6 +258,7 @@ class Processor:
                 self._announce.discard(index)
                 if shard is not None:
                     shard.store.close()
+                    self.metrics.owned_shards.dec()
                     log.info("shard %d: released by %s", index, self.owner_id)
 
     def _read_committed_offsets(self, indexes: list[int]) -> None:
@@ -594,7 +596,7 @@ def session_timeout_ms(bootstrap: str) -> int:
     return max(MIN_SESSION_TIMEOUT_MS, broker_min)
 
 
-def _owner_id(directory: Path) -> str:
+def owner_id_of(directory: Path) -> str:
     """A stable id per data directory: a restarted process reuses its transactional id and so fences (and
     aborts) its own crashed incarnation's open transaction at once instead of after the transaction timeout."""
     directory.mkdir(parents=True, exist_ok=True)

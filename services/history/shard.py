@@ -25,7 +25,7 @@ from ostinato.services.history.changelog import WriteSet, empty_writes, fire_at_
 from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
-from ostinato.streams.deadlines import fire_timer_body
+from ostinato.streams.deadlines import timer_command
 from ostinato.streams.deciders import decide
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
 from ostinato.streams.perform import RecordTooLarge, perform
@@ -284,14 +284,7 @@ class Shard:
         ns, wf, deadline = parse_timer_key(key)
         self.writes[Family.TIMERS][key] = None  # out of the index whatever happens: a deadline fires once
         self.timers_fired.append(now_ms - deadline.fire_at_ms)
-        command = {
-            "namespace": ns, "workflow_id": wf, "run_id": deadline.run_id,
-            "request_id": f"timer/{deadline.run_id}/{deadline.kind}/{deadline.timer_id}/"
-                          f"{deadline.scheduled_event_id}/{deadline.attempt}/{deadline.fire_at_ms}",
-            "identity": TIMER_IDENTITY, "time_ms": now_ms, "reply_partition": None,
-            "body": fire_timer_body(deadline),
-        }
-        self._decide(command, offset, now_ms)
+        self._decide(timer_command(ns, wf, deadline, now_ms, TIMER_IDENTITY), offset, now_ms)
 
     # -- turning a step into records ------------------------------------------------------------------------------
 

@@ -113,10 +113,8 @@ def wake(w: Writer, run_id: str) -> None:
 
 def send(w: Writer, namespace: str, workflow_id: str, run_id: str, request_id: str, body: tuple[str, Record]) -> None:
     """A command for another workflow, produced in this transaction to that workflow's shard."""
-    w.act(SendCommand({
-        "namespace": namespace, "workflow_id": workflow_id, "run_id": run_id, "request_id": request_id,
-        "identity": SHARD_IDENTITY, "time_ms": w.now_ms, "reply_partition": None, "body": body,
-    }))
+    w.act(SendCommand(wire.command(namespace, workflow_id, body, run_id=run_id, request_id=request_id,
+                                   identity=SHARD_IDENTITY, time_ms=w.now_ms)))
 
 
 def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:

@@ -80,7 +80,7 @@ def _serve(tmp_path: Path, scenario: Scenario) -> None:
     store, run_id, events = _store_with_an_open_run(tmp_path / "shard-0")
     source, owners, waiters = Source(store), Owners(), HistoryWaiters()
     app = web.Application()
-    add_routes(app, ReadContext(1, source, owners, ME, waiters))
+    add_routes(app, ReadContext(1, source, owners, {ME}, waiters))
     app.router.add_get(BASE.replace(WF, "{workflow_id}").replace(NS, "{namespace}") + "/result", api.result)
 
     async def main() -> None:

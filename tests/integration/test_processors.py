@@ -1,0 +1,79 @@
+"""`ostinato server --processors N`: one server, several history processors, each with its own shards and
+transactions (issue 15, "no queueing behind one loop"). The shards are split between them, reads find the right
+one, histories stay exactly once, and a restart with fewer processors takes every shard back."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from ostinato.infra.kafka import KafkaCluster
+from ostinato.services.admin.checker import check_history
+from ostinato.services.admin.cluster import init_cluster
+from tests.tools.servers import ServerProcess
+from tests.tools.worker import TestWorker
+from tests.tools.workload import start_workflows, wait_closed
+
+SHARDS = 4
+QUEUE = "procs"
+
+
+def _owners(server: ServerProcess) -> dict[int, str]:
+    """shard -> owner id, for the shards this server announced since it started."""
+    return {o["shard"]: o["owner_id"] for o in server.get("/api/v1/cluster/owners")[1]["owners"]
+            if o["read_endpoint"] == server.url and o["updated_at_ms"] >= server.started_ms}
+
+
+def _owned_gauge(server: ServerProcess) -> float:
+    text = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+    found = re.search(r"^ostinato_processor_owned_shards (\S+)$", text, re.M)
+    assert found, "no owned_shards gauge in /metrics"
+    return float(found.group(1))
+
+
+def test_two_processors_split_the_shards_and_serve_every_read(kafka: KafkaCluster, topic_prefix: str,
+                                                             tmp_path: Path) -> None:
+    init_cluster(kafka.bootstrap, topic_prefix, shards=SHARDS)
+    server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
+                           extra_args=("--processors", "2")).start()
+    try:
+        server.wait_owning(SHARDS)
+        # The first processor to join may take every shard; the group then gives the second its share.
+        deadline = time.monotonic() + 30
+        while len(set((owners := _owners(server)).values())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(owners) == list(range(SHARDS))
+        assert Counter(owners.values()) == {o: 2 for o in set(owners.values())}, (
+            f"the shards should be split evenly between two processors: {owners}")
+        assert _owned_gauge(server) == SHARDS  # one gauge for the server, not the last processor's count
+        with TestWorker(kafka.bootstrap, topic_prefix, SHARDS, QUEUE):
+            ids = start_workflows(kafka.bootstrap, topic_prefix, SHARDS, 120, "hello", QUEUE)
+            closed = wait_closed(kafka.bootstrap, topic_prefix, ids, timeout=120)
+        assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": 120}
+        for wf in ids:  # every shard's reads are served here, whichever processor holds its store: no redirect
+            status, body = server.get(f"/api/v1/namespaces/default/workflows/{urllib.parse.quote(wf, safe='')}")
+            assert status == 200 and body["status"] == "COMPLETED", (wf, status, body)
+        report = check_history(kafka.bootstrap, topic_prefix)
+        assert report.ok, report.problems[:20]
+        assert report.runs == 120
+
+        # Killed, and back with one processor: it takes every shard, including those the second one held (whose
+        # transactional id is not used any more), and goes on.
+        server.kill()
+        server.extra_args = ()
+        server.start()
+        server.wait_owning(SHARDS)
+        assert len(set(_owners(server).values())) == 1
+        with TestWorker(kafka.bootstrap, topic_prefix, SHARDS, QUEUE):
+            more = start_workflows(kafka.bootstrap, topic_prefix, SHARDS, 40, "hello", QUEUE)
+            closed = wait_closed(kafka.bootstrap, topic_prefix, more, timeout=120)
+        assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": 40}
+        report = check_history(kafka.bootstrap, topic_prefix)
+        assert report.ok, report.problems[:20]
+        assert report.runs == 160
+    finally:
+        server.stop()
