@@ -6,10 +6,11 @@
         └── write overlay + checkpoint to RocksDB ◄── commit ◄── send offsets ◄────┘
 ```
 
-One transactional producer per processor, a server runs one or more (`processors.py`) (exactly-once v2: offsets are sent with the consumer group's metadata, so a
-zombie that lost its shards is fenced by the group coordinator). Every transaction that touches a shard sends that
-shard's offset, even one that only fired timers, or a zombie could commit a timer firing nobody consumed a command
-for. Stores are written only after a commit returns, so they never hold uncommitted data.
+One transactional producer per processor (a server runs one or more: `processors.py`), exactly-once v2: offsets
+are sent with the consumer group's metadata, so a zombie that lost its shards is fenced by the group coordinator.
+Every transaction that touches a shard sends that shard's offset, even one that only fired timers, or a zombie could
+commit a timer firing nobody consumed a command for. Stores are written only after a commit returns, so they never
+hold uncommitted data.
 """
 
 from __future__ import annotations
