@@ -78,6 +78,7 @@ async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool,
                 print(f"== {scenario.name} {scenario.shape} on {engine.name}", file=sys.stderr, flush=True)
                 await engine.start(scenario)
                 result = await run_scenario(engine, scenario, run_id)
+                await _note_processors(engine, result)
                 measured.append(result)
                 print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
             results += measured
@@ -94,6 +95,14 @@ async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool,
     return results
 
 
+async def _note_processors(engine: Engine, result: Result) -> None:
+    """Ostinato's own view of the run (transactions, their length, timers): the hop that holds a figure."""
+    figures = getattr(engine, "processor_figures", None)  # Ostinato's engine only: Temporal has no such page
+    if figures is not None:
+        result.note = "; ".join(n for n in (result.note, await figures()) if n)
+        print(f"  {result.note}", file=sys.stderr, flush=True)
+
+
 async def _half_load(engine: Engine, s1: Scenario, rate: float, run_id: str, quick: bool) -> Result:
     """S1 again in an open loop at half the throughput of the slowest engine's S1, the same rate on every engine:
     the latency users see at a sane load, compared like for like (each engine at half its own rate would compare
@@ -102,6 +111,7 @@ async def _half_load(engine: Engine, s1: Scenario, rate: float, run_id: str, qui
     half = replace(s1, name="S1½", count=count, rate=round(rate, 1), warmup=10)
     print(f"== S1 at half load ({half.rate}/s) on {engine.name}", file=sys.stderr, flush=True)
     result = await run_scenario(engine, half, run_id)
+    await _note_processors(engine, result)
     print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
     return result
 
@@ -285,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, results, meta)
     print(f"\n## Results ({meta['cpus']} CPUs, Python {meta['python']}, {meta['elapsed_s']} s)\n")
     print(markdown(results))
+    notes = [f"- {r.scenario} on {r.engine}: {r.note}" for r in results if r.note]
+    if notes:
+        print("\nNotes:\n" + "\n".join(notes))
     if "ostinato" in names and len(names) > 1:
         print("\n## Ratios (Ostinato against each engine; above 1 is better for Ostinato)\n")
         print(ratio_table(results, "ostinato"))

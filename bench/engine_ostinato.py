@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import harness
+from bench import harness, prometheus_text
 from bench.harness import Outcome, Scenario
 from bench.ostinato_workflows import TASK_QUEUE
 from ostinato.client import Client
@@ -76,6 +76,7 @@ class OstinatoEngine:
         # One history processor per shard by default: one server owns every shard here, and that is how a server
         # owning several shards is meant to run (`ostinato server --processors`, docs/architecture.md).
         self.processors = processors or shards
+        self._metrics_before: dict[str, float] = {}
         self.result_via, self.sync_start = result_via, sync_start
         self._own_home = home is None
         self.home = home or Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
@@ -101,6 +102,38 @@ class OstinatoEngine:
         if scenario.shape != "start_only" and not self.worker_procs:
             await self._start_workers()
         self.phases = Phases()
+        self._metrics_before = await self._scrape()
+
+    async def _scrape(self) -> dict[str, float]:
+        assert self.session is not None
+        async with self.session.get(self.url + "/metrics") as resp:
+            return prometheus_text.samples(await resp.text())
+
+    async def processor_figures(self) -> str:
+        """What the server's processors counted since the scenario started (`/metrics`): transactions, their
+        length, batch size and the processors' own timer lateness (deadline -> the batch that fired it), for the
+        result's note. Histogram quantiles are interpolated inside coarse buckets (2x apart)."""
+        delta = prometheus_text.delta(self._metrics_before, await self._scrape())
+        txn, count, _ = prometheus_text.histogram(delta, "ostinato_processor_commit_seconds")
+        _, batches, batch_sum = prometheus_text.histogram(delta, "ostinato_processor_batch_size")
+        late, fired, _ = prometheus_text.histogram(delta, "ostinato_processor_timer_lateness_seconds")
+
+        def ms(buckets: list[tuple[float, float]], q: float) -> str:
+            return f"{prometheus_text.quantile(buckets, q) * 1000:.0f}"
+
+        note = (f"{self.processors} processors: {count:.0f} transactions, p50/p99 {ms(txn, 0.5)}/{ms(txn, 0.99)} ms, "
+                f"{batch_sum / batches if batches else 0:.1f} commands+timers each")
+        phases = []
+        for phase in ("decide", "produce", "send_offsets", "commit", "after_commit"):
+            only = {k: v for k, v in delta.items() if f'phase="{phase}"' in k}
+            buckets, _, _ = prometheus_text.histogram(only, "ostinato_processor_phase_seconds")
+            if buckets:
+                phases.append(f"{phase} {ms(buckets, 0.5)}/{ms(buckets, 0.99)}")
+        if phases:
+            note += f"; phases p50/p99 ms: {', '.join(phases)}"
+        if fired:
+            note += f"; timers fired late by p50/p99 {ms(late, 0.5)}/{ms(late, 0.99)} ms (processor's measure)"
+        return note
 
     def _start_cluster(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,11 @@ class ProcessorMetrics:
         self.commit_seconds = Histogram(p + "commit_seconds", "Time of a whole transaction: deciding the batch, "
                                         "producing its records, sending offsets and committing.",
                                         buckets=_LATENCY_BUCKETS, registry=registry)
+        self.phase_seconds = Histogram(p + "phase_seconds", "Time of each phase of a transaction: decide (and "
+                                       "encode) the batch, produce its records, send the offsets (AddOffsetsToTxn, "
+                                       "TxnOffsetCommit), commit (acknowledgements and EndTxn), then write the stores "
+                                       "and wake readers (after_commit).", ["phase"],
+                                       buckets=_LATENCY_BUCKETS, registry=registry)
         self.timer_lateness = Histogram(p + "timer_lateness_seconds", "How late deadlines fire.",
                                         buckets=_LATENCY_BUCKETS, registry=registry)
         self.rejections = Counter(p + "rejections", "Commands that changed nothing, by reason.", ["reason"],

@@ -378,20 +378,30 @@ class Processor:
                 fired += 1
             if keys:
                 touched.add(index)
+        decided = time.perf_counter()
         if commands or fired:
-            per = (time.perf_counter() - started) / (len(commands) + fired)
+            per = (decided - started) / (len(commands) + fired)
             self._decide_s = per if self._decide_s == 0 else 0.8 * self._decide_s + 0.2 * per
         self._produce_batch(touched)
         self.faults.hit("after-produce")
+        produced = time.perf_counter()
         offsets = [TopicPartition(self.commands_topic, i, self.next_offsets[i]) for i in sorted(touched)
                    if i in self.next_offsets]
         self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(),
                                                   OPERATION_TIMEOUT_S)
         self.faults.hit("after-send-offsets")
+        sent = time.perf_counter()
         self._commit()
         self._open_since = self._failed_since = None
         self.faults.hit("after-commit")
-        self._after_commit(touched, len(commands), fired, time.perf_counter() - started)
+        committed = time.perf_counter()
+        self._after_commit(touched, len(commands), fired, committed - started)
+        phases = self.metrics.phase_seconds
+        phases.labels("decide").observe(decided - started)
+        phases.labels("produce").observe(produced - decided)
+        phases.labels("send_offsets").observe(sent - produced)
+        phases.labels("commit").observe(committed - sent)
+        phases.labels("after_commit").observe(time.perf_counter() - committed)
 
     def _produce_batch(self, touched: set[int]) -> None:
         assert self.producer is not None
