@@ -27,7 +27,14 @@ from ostinato.schemas.topics import MAX_RECORD_BYTES
 from ostinato.services.frontend.gateway import CommandGateway, GatewayError
 from ostinato.services.frontend.http import error
 from ostinato.services.frontend.namespaces_api import unknown_namespace
-from ostinato.services.frontend.reads import READS, not_found, owner_read, run_id_param, store_or_redirect
+from ostinato.services.frontend.reads import (
+    READS,
+    not_found,
+    owner_read,
+    run_id_param,
+    still_here,
+    store_or_redirect,
+)
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.streams.model import decode_run
 
@@ -315,8 +322,11 @@ async def result(request: web.Request) -> web.Response:
             return error(504, "timeout", f"workflow {wf!r} is still running after {wait_s:.0f}s; ask again",
                          run_id=run_id)
         if waiters is not None and future is not None:
-            # Woken by the commit that grows this run's history; the cap re-checks a shard that moved away.
-            await waiters.wait(key, future, min(1.0, deadline - time.monotonic()))
+            # Woken by the commit that grows this run's history; the cap notices a shard that moved away, and
+            # reads nothing while it is still here (see reads._wait_for_event).
+            while (not await waiters.wait(key, future, min(1.0, deadline - time.monotonic()))
+                   and still_here(request, store) and time.monotonic() < deadline):
+                future = waiters.watch(key)
         else:
             await asyncio.sleep(delay)
             delay = min(0.5, delay * 1.5)
