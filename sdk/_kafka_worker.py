@@ -54,6 +54,10 @@ LATE_FRACTION = 0.75  # 0.5 skipped hand-overs 1 s late under load (a 2 s heartb
 POLL_S = 0.05
 TOPICS_WAIT_S = 2.0  # how often a worker that may not create its task topics looks for them
 FETCH_MAX = 100  # tasks taken from Kafka at once
+# Finished tasks' offsets are committed at most this often (Kafka Streams' interval under exactly-once): one
+# commit after every fetch was as many __consumer_offsets writes as the processor's transactions. A crash re-reads
+# at most this much more, and a re-read task is stale to the engine (a completed task, a started activity).
+COMMIT_INTERVAL_S = 0.1
 HISTORY_TRIES = 6  # reads of a history that lags the task (0.02 s doubling: about 1.3 s in all)
 EAGER_MAX = 3  # activities one completion may take eagerly (Temporal's limit)
 EAGER_MAX_INPUT_BYTES = 1 << 20  # their inputs together: larger ones go through the activity topic
@@ -130,6 +134,7 @@ class KafkaWorkerLoop:
         self.running: set[asyncio.Task[None]] = set()  # activities executing
         self.tasks: set[asyncio.Task[None]] = set()  # every task being handled (workflow, query, activity start)
         self.offsets = OffsetTracker()
+        self._committed_at = 0.0  # monotonic time of the last offset commit (`COMMIT_INTERVAL_S`)
         self.starting = 0  # activity tasks waiting for the engine to confirm their start
         # Eager activity dispatch (on unless OSTINATO_EAGER_ACTIVITIES=0): activities this worker schedules on its
         # own queue come back in the completion's reply, already started for it.
@@ -278,6 +283,10 @@ class KafkaWorkerLoop:
         self.offsets.done(*where)
 
     def _commit_done(self, asynchronous: bool = True) -> None:
+        now = time.monotonic()
+        if asynchronous and now - self._committed_at < COMMIT_INTERVAL_S:
+            return
+        self._committed_at = now
         offsets = self.offsets.committable()
         if not offsets:
             return
