@@ -125,7 +125,6 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         log.warning("%s.cluster was not read to its end in 30s; namespaces may be missing for a moment",
                     ctx.settings.topic_prefix)
     procs: Processors | None = None
-    threads: list[threading.Thread] = []
     waiters = HistoryWaiters()  # long-polls on history, woken by this process's commits
     failed = threading.Event()
     if processor:
@@ -145,7 +144,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             failed.set()
             os.kill(os.getpid(), signal.SIGTERM)
 
-        threads = procs.start(processor_failed)
+        procs.start(processor_failed)
     reads = ReadContext(ctx.settings.shards, procs, ownership, procs.owner_ids if procs else frozenset(), waiters)
     log.info("Kafka security: %s", describe_security(security_config()))  # secrets hidden
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
@@ -162,9 +161,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         """First thing on SIGTERM: finish the open transaction and leave the group, so the other servers take the
         shards at once; requests still in flight then get redirects or 503s, and the rest shuts down after."""
         if procs is not None:
-            procs.stop()
-            for thread in threads:
-                await asyncio.get_running_loop().run_in_executor(None, thread.join, 30)
+            await asyncio.get_running_loop().run_in_executor(None, procs.stop, 30)
 
     app.on_shutdown.append(hand_over_shards)
     gateway = CommandGateway(ctx.bootstrap, ctx.settings)
@@ -183,9 +180,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
                     shutdown_timeout=SHUTDOWN_GRACE_S)
     finally:
         if procs is not None:
-            procs.stop()
-            for thread in threads:  # leave the group cleanly so the shards move at once, not after the session
-                thread.join(30)
+            procs.stop(30)
         ownership.stop()
     if failed.is_set():
         raise SystemExit(1)

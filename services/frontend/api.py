@@ -32,8 +32,8 @@ from ostinato.services.frontend.reads import (
     not_found,
     owner_read,
     run_id_param,
-    still_here,
     store_or_redirect,
+    wait_for_commit,
 )
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.streams.model import decode_run
@@ -322,11 +322,7 @@ async def result(request: web.Request) -> web.Response:
             return error(504, "timeout", f"workflow {wf!r} is still running after {wait_s:.0f}s; ask again",
                          run_id=run_id)
         if waiters is not None and future is not None:
-            # Woken by the commit that grows this run's history; the cap notices a shard that moved away, and
-            # reads nothing while it is still here (see reads._wait_for_event).
-            while (not await waiters.wait(key, future, min(1.0, deadline - time.monotonic()))
-                   and still_here(request, store) and time.monotonic() < deadline):
-                future = waiters.watch(key)
+            await wait_for_commit(request, waiters, key, future, store, deadline)  # a timeout answers 504 above
         else:
             await asyncio.sleep(delay)
             delay = min(0.5, delay * 1.5)

@@ -10,6 +10,7 @@ answers as a request arriving now would (a redirect to the new owner, or the 503
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import time
@@ -190,11 +191,27 @@ async def history(request: web.Request) -> web.Response:
     return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
 
 
-def still_here(request: web.Request, store: ShardStore) -> bool:
+def _still_here(request: web.Request, store: ShardStore) -> bool:
     """Whether this process still serves the request's shard from `store` (no store read, no decoding)."""
     ctx = request.app[READS]
     ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
     return ctx.source is not None and ctx.source.store_of(shard_for(ns, wf, ctx.shards)) is store
+
+
+async def wait_for_commit(request: web.Request, waiters: HistoryWaiters, key: bytes, future: asyncio.Future[None],
+                          store: ShardStore, deadline: float) -> bool:
+    """Wait for the commit that grows run `key` (`future`, from `waiters.watch`) or for the request's shard to leave
+    `store`: True then (read again), False once `deadline` (monotonic) passes. The 1 s cap only notices a shard
+    that moved: while it is still here nothing is read, since thousands of idle long-polls (S4 holds 3,000) each
+    decoding their run every second took the GIL from the processors beside them."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            waiters.unwatch(key, future)
+            return False
+        if await waiters.wait(key, future, min(1.0, remaining)) or not _still_here(request, store):
+            return True
+        future = waiters.watch(key)  # no await since `wait` let go of it: no notification in between
 
 
 async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: ShardStore, ns: str, wf: str,
@@ -215,17 +232,8 @@ async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: 
         if arrived or not decode_run(state).open:
             waiters.unwatch(key, future)
             return store
-        # Woken by the commit that adds events; the 1 s cap notices a shard that moved to another process. A cap
-        # that passes while the shard is still here reads nothing: thousands of idle long-polls (S4 holds 3,000)
-        # each decoding their run every second took the GIL from the processors beside them.
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                waiters.unwatch(key, future)
-                return store
-            if await waiters.wait(key, future, min(1.0, remaining)) or not still_here(request, store):
-                break
-            future = waiters.watch(key)  # no await since `wait` let go of it: no notification in between
+        if not await wait_for_commit(request, waiters, key, future, store, deadline):
+            return store
         found = _run_state(request)  # the shard may have moved: never read on from the old store
         if isinstance(found, web.Response):
             return found

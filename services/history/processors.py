@@ -43,10 +43,10 @@ class Processors:
             for i in range(count)]
         self.options = options
         self.owner_ids = frozenset(p.owner_id for p in self.members)
+        self._threads: list[threading.Thread] = []
 
-    def start(self, on_failure: Callable[[Processor, BaseException], None]) -> list[threading.Thread]:
+    def start(self, on_failure: Callable[[Processor, BaseException], None]) -> None:
         """Each processor in its own thread; `on_failure` runs on the thread of one that stopped with an error."""
-        threads = []
         for n, proc in enumerate(self.members):
             def run(proc: Processor = proc) -> None:
                 try:
@@ -56,12 +56,15 @@ class Processors:
 
             thread = threading.Thread(target=run, name=f"ostinato-processor-{n}", daemon=True)
             thread.start()
-            threads.append(thread)
-        return threads
+            self._threads.append(thread)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float) -> None:
+        """Stop every processor and wait (up to `timeout_s` each) until it has left the group, so its shards move
+        at once rather than after the session timeout."""
         for proc in self.members:
             proc.stop()
+        for thread in self._threads:
+            thread.join(timeout_s)
 
     def store_of(self, shard: int) -> RocksStore | None:
         for proc in self.members:
@@ -69,9 +72,6 @@ class Processors:
             if store is not None:
                 return store
         return None
-
-    def owned(self) -> list[int]:
-        return sorted(i for proc in self.members for i in proc.owned())
 
     def settled(self) -> bool:
         """A read that found nothing cannot tell which processor should have had it: all must be settled."""
