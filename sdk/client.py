@@ -8,19 +8,53 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import IntEnum
 from typing import Any
 
 from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import ClientTransport
-from ostinato.sdk.common import RetryPolicy, to_ms
+from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 
-__all__ = ["Client", "WorkflowExecution", "WorkflowExecutionDescription", "WorkflowHandle", "WorkflowService"]
+__all__ = ["Client", "WorkflowExecution", "WorkflowExecutionDescription", "WorkflowExecutionStatus", "WorkflowHandle",
+           "WorkflowService"]
 
 Record = dict[str, Any]
 WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
+
+
+class WorkflowExecutionStatus(IntEnum):
+    """A run's status, as `describe()` and `list_workflows()` report it; members and values are Temporal's.
+
+    A member also equals its name (`WorkflowExecutionStatus.COMPLETED == "COMPLETED"`), the string the engine
+    reports, so code that compares `.status` with strings keeps working. Hashing stays the integer's: a set or dict
+    keyed by members does not find the strings.
+    """
+
+    RUNNING = 1
+    COMPLETED = 2
+    FAILED = 3
+    CANCELED = 4
+    TERMINATED = 5
+    CONTINUED_AS_NEW = 6
+    TIMED_OUT = 7
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.name == other
+        return int(self) == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = IntEnum.__hash__
+
+    @classmethod
+    def from_name(cls, name: str) -> WorkflowExecutionStatus | None:
+        """The member the engine's status string names; None for UNSPECIFIED (a run that has not started)."""
+        return cls.__members__.get(name)
 
 
 @dataclass(frozen=True)
@@ -31,7 +65,7 @@ class WorkflowExecution:
     run_id: str
     workflow_type: str
     task_queue: str
-    status: str
+    status: WorkflowExecutionStatus | None
     start_time_ms: int
     close_time_ms: int | None
     history_length: int
@@ -40,7 +74,8 @@ class WorkflowExecution:
 
     @classmethod
     def from_row(cls, row: Record) -> WorkflowExecution:
-        return cls(row["workflow_id"], row["run_id"], row["workflow_type"], row["task_queue"], row["status"],
+        return cls(row["workflow_id"], row["run_id"], row["workflow_type"], row["task_queue"],
+                   WorkflowExecutionStatus.from_name(row["status"]),
                    row["start_time_ms"], row.get("close_time_ms"), row["history_length"],
                    dict(row.get("search_attributes") or {}), row)
 
@@ -61,7 +96,7 @@ class WorkflowExecutionDescription:
     run_id: str
     workflow_type: str
     task_queue: str
-    status: str
+    status: WorkflowExecutionStatus | None
     history_length: int
     raw: Record
     quarantined: list[Record] = field(default_factory=list)
@@ -86,18 +121,23 @@ class Client:
 
     async def start_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, id: str, task_queue: str,
                              execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
-                             task_timeout: timedelta | None = None, id_reuse_policy: str = "UNSPECIFIED",
-                             id_conflict_policy: str = "UNSPECIFIED", retry_policy: RetryPolicy | None = None,
+                             task_timeout: timedelta | None = None,
+                             id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED",
+                             id_conflict_policy: WorkflowIDConflictPolicy | str = "UNSPECIFIED",
+                             retry_policy: RetryPolicy | None = None,
                              memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
                              request_id: str | None = None, result_type: Any = None) -> WorkflowHandle:
-        """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies)."""
+        """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies).
+
+        `id_reuse_policy` and `id_conflict_policy` take the `ostinato.common` enums (or their names); left
+        unspecified, the engine allows reusing a closed run's id and fails a start while a run is open."""
         name, hint = _workflow_name(workflow)
         converter = self.data_converter
         body = {
             "workflow_type": name, "task_queue": task_queue, "input": converter.encode(args),
             "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-            "task_timeout_ms": to_ms(task_timeout) or 0, "id_reuse_policy": id_reuse_policy,
-            "id_conflict_policy": id_conflict_policy,
+            "task_timeout_ms": to_ms(task_timeout) or 0, "id_reuse_policy": _policy_name(id_reuse_policy),
+            "id_conflict_policy": _policy_name(id_conflict_policy),
             "retry_policy": None if retry_policy is None else retry_policy.to_record(),
             "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
             "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
@@ -205,8 +245,8 @@ class WorkflowHandle:
         if state is None:
             raise exc.RPCError(f"no workflow {self.id!r}", status=404, code="not_found")
         return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
-                                            state["task_queue"], state["status"], state["next_event_id"] - 1, state,
-                                            list(state.get("quarantine") or []))
+                                            state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
+                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
 
     async def redrive(self, reason: str = "") -> list[Record]:
         """Have the engine decide this run's quarantined commands again (see `describe().quarantined`), after an
@@ -241,3 +281,8 @@ def _workflow_name(workflow: type | Callable[..., Any] | str) -> tuple[str, Any]
         return workflow, None
     definition = defs.definition_of(workflow)
     return definition.name, definition.result_hint()
+
+
+def _policy_name(policy: WorkflowIDReusePolicy | WorkflowIDConflictPolicy | str) -> str:
+    """The wire's symbol for a start policy: the enum member's name (a name given as a string goes as it is)."""
+    return policy.name if isinstance(policy, WorkflowIDReusePolicy | WorkflowIDConflictPolicy) else policy

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import IntEnum
 from typing import Any
+
+__all__ = ["RetryPolicy", "WorkflowIDConflictPolicy", "WorkflowIDReusePolicy"]
 
 
 def to_ms(value: timedelta | None) -> int | None:
@@ -50,3 +53,23 @@ class RetryPolicy:
                    maximum_interval=None if maximum is None else timedelta(milliseconds=maximum),
                    maximum_attempts=record["maximum_attempts"],
                    non_retryable_error_types=tuple(record["non_retryable_error_types"]))
+
+
+class WorkflowIDReusePolicy(IntEnum):
+    """Whether a start may reuse the id of a closed run (`Client.start_workflow(id_reuse_policy=...)`). Members and
+    values are Temporal's; the wire carries the member's name."""
+
+    ALLOW_DUPLICATE = 1
+    ALLOW_DUPLICATE_FAILED_ONLY = 2
+    REJECT_DUPLICATE = 3
+    TERMINATE_IF_RUNNING = 4
+
+
+class WorkflowIDConflictPolicy(IntEnum):
+    """What a start does when a run with the id is still running (`Client.start_workflow(id_conflict_policy=...)`).
+    Members and values are Temporal's; the wire carries the member's name."""
+
+    UNSPECIFIED = 0
+    FAIL = 1
+    USE_EXISTING = 2
+    TERMINATE_EXISTING = 3
