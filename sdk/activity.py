@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
-from collections.abc import Callable, Sequence
+import logging
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -12,16 +15,22 @@ from typing import Any, TypeVar, overload
 __all__ = [
     "ActivityDefinition",
     "ActivityInfo",
+    "Info",
+    "LoggerAdapter",
     "definition_of",
     "defn",
     "heartbeat",
     "in_activity",
     "info",
     "is_cancelled",
+    "logger",
+    "wait_for_cancelled",
+    "wait_for_cancelled_sync",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 ATTRIBUTE = "__ostinato_activity__"
+CANCEL_POLL_S = 0.05  # how often wait_for_cancelled looks at the cancellation flag the heartbeats set
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,15 @@ class ActivityInfo:
     heartbeat_timeout: timedelta | None
     heartbeat_details: Sequence[Any]
 
+    def logger_details(self) -> dict[str, Any]:
+        """What `activity.logger` adds to each line (Temporal's keys)."""
+        return {"activity_id": self.activity_id, "activity_type": self.activity_type, "attempt": self.attempt,
+                "namespace": self.namespace, "task_queue": self.task_queue, "workflow_id": self.workflow_id,
+                "workflow_run_id": self.run_id, "workflow_type": self.workflow_type}
+
+
+Info = ActivityInfo  # Temporal's name for it
+
 
 @dataclass(frozen=True)
 class ActivityContext:
@@ -206,3 +224,77 @@ def is_cancelled() -> bool:
         RuntimeError: not in an activity.
     """
     return _context().is_cancelled()
+
+
+async def wait_for_cancelled() -> None:
+    """Return once cancellation of this activity is requested (learnt, like `is_cancelled()`, from a heartbeat's
+    answer, so the activity must keep heartbeating). In an `async` activity the request also cancels the activity's
+    task, so this await usually ends in `asyncio.CancelledError`, as in Temporal.
+
+    The flag is looked at every 50 ms.
+
+    Raises:
+        RuntimeError: not in an activity.
+    """
+    context = _context()
+    while not context.is_cancelled():
+        await asyncio.sleep(CANCEL_POLL_S)
+
+
+def wait_for_cancelled_sync(timeout: timedelta | float | None = None) -> None:
+    """Block a plain-function activity until its cancellation is requested, or `timeout` passes (it returns then
+    too: check `is_cancelled()`). The request is learnt from a heartbeat's answer, so heartbeat while waiting, e.g.
+    from another thread. The flag is looked at every 50 ms.
+
+    Raises:
+        RuntimeError: not in an activity.
+    """
+    context = _context()
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while not context.is_cancelled():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        time.sleep(CANCEL_POLL_S if left is None else min(CANCEL_POLL_S, left))
+
+
+class LoggerAdapter(logging.LoggerAdapter[logging.Logger]):
+    """`activity.logger`: in an activity, each line carries the activity's details, appended to the message and as
+    `extra["temporal_activity"]` (as Temporal's adapter names it, so log pipelines built for Temporal read it).
+
+    Attributes:
+        activity_info_on_message: append the details to the message (default True).
+        activity_info_on_extra: add `temporal_activity` to the record (default True).
+        full_activity_info_on_extra: add the whole `activity.info()` as `activity_info` (default False).
+    """
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(logger, extra or {})
+        self.activity_info_on_message = True
+        self.activity_info_on_extra = True
+        self.full_activity_info_on_extra = False
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        context = _current.get(None)
+        if context is None:
+            return msg, kwargs
+        details = context.info.logger_details()
+        if self.activity_info_on_message:
+            msg = f"{msg} ({details})"
+        extra = dict(kwargs.get("extra") or {})  # a copy: the caller's dict may be reused
+        if self.activity_info_on_extra:
+            extra.setdefault("temporal_activity", details)
+        if self.full_activity_info_on_extra:
+            extra.setdefault("activity_info", context.info)
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+    @property
+    def base_logger(self) -> logging.Logger:
+        """The logger underneath, to add handlers or formatters to."""
+        return self.logger
+
+
+logger = LoggerAdapter(logging.getLogger("ostinato.activity"))
+"""Logs with the running activity's details (see `LoggerAdapter`)."""

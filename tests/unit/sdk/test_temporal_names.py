@@ -1,19 +1,25 @@
 """Temporal's names in the SDK (issue 17), used as Temporal's samples and docs use them, on the time-skipping
-environment: the workflow status and start-policy enums."""
+environment: the workflow status and start-policy enums, `activity.logger`, `activity.Info` and waiting for an
+activity's cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
-from datetime import timedelta
+import logging
+import threading
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from ostinato import workflow
+from ostinato import activity, workflow
 from ostinato.client import WorkflowExecutionStatus
 from ostinato.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from ostinato.exceptions import WorkflowAlreadyStartedError
+from ostinato.sdk.activity import ActivityContext, set_context
 from ostinato.testing import EngineService, WorkflowEnvironment
 from ostinato.worker import Worker
 
@@ -107,3 +113,69 @@ async def test_start_workflow_takes_the_id_policies() -> None:
         fresh = await env.client.start_workflow(Approval.run, id="p-1", task_queue=Q,
                                                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         assert fresh.run_id not in (first.run_id, replaced.run_id)
+
+
+# -- ostinato.activity ----------------------------------------------------------------------------------------------
+
+@activity.defn
+async def charge(order_id: str) -> str:
+    activity.logger.info("charging order %s", order_id)
+    assert isinstance(activity.info(), activity.Info)
+    return f"charged {order_id}"
+
+
+@workflow.defn
+class Checkout:
+    @workflow.run
+    async def run(self, order_id: str) -> str:
+        return await workflow.execute_activity(charge, order_id, start_to_close_timeout=timedelta(seconds=5))
+
+
+@run_async
+async def test_activity_logger_adds_the_activitys_details(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ostinato.activity")
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Checkout], activities=[charge]):
+        assert await env.client.execute_workflow(Checkout.run, "o-7", id="co-1", task_queue=Q) == "charged o-7"
+    [record] = [r for r in caplog.records if r.msg.startswith("charging order")]
+    details = record.temporal_activity
+    assert details["activity_type"] == "charge" and details["workflow_id"] == "co-1" and details["attempt"] == 1
+    assert details["workflow_type"] == "Checkout" and details["task_queue"] == Q
+    assert record.getMessage().startswith("charging order o-7 ({") and "'activity_type': 'charge'" in \
+        record.getMessage()
+    activity.logger.info("outside any activity")  # plain: nothing to add, nothing raised
+    assert not hasattr(caplog.records[-1], "temporal_activity")
+
+
+def _in_activity(is_cancelled: threading.Event) -> contextvars.Context:
+    """A context as the worker gives a running activity, whose cancellation `is_cancelled` stands for."""
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    info = activity.Info("1", "wait", 1, "default", "wf", "run", "Wf", Q, now, now, None, None, None, ())
+    context = contextvars.copy_context()
+    context.run(set_context, ActivityContext(info, lambda details: None, is_cancelled.is_set))
+    return context
+
+
+@run_async
+async def test_wait_for_cancelled_returns_once_cancellation_is_requested() -> None:
+    cancelled = threading.Event()
+    context = _in_activity(cancelled)
+    waiting = asyncio.get_running_loop().create_task(activity.wait_for_cancelled(), context=context)
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    cancelled.set()
+    await asyncio.wait_for(waiting, 1)
+    with pytest.raises(RuntimeError, match="not in an activity"):
+        await activity.wait_for_cancelled()
+
+
+def test_wait_for_cancelled_sync_waits_for_the_request_or_the_timeout() -> None:
+    cancelled = threading.Event()
+    context = _in_activity(cancelled)
+    started = time.monotonic()
+    context.run(activity.wait_for_cancelled_sync, timedelta(milliseconds=200))
+    assert 0.2 <= time.monotonic() - started < 1 and not cancelled.is_set()
+    threading.Timer(0.1, cancelled.set).start()
+    started = time.monotonic()
+    context.run(activity.wait_for_cancelled_sync)
+    assert time.monotonic() - started < 1
