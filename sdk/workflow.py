@@ -3,8 +3,8 @@ the running workflow, named as in Temporal's Python SDK.
 
 Workflow code must be deterministic: it runs again from history after a crash or a cache eviction and must
 make the same decisions. Time, randomness and ids come from here (`workflow.now()`, `workflow.random()`,
-`workflow.uuid4()`); waiting is `workflow.sleep`, `asyncio.sleep` or `workflow.wait_condition`; I/O belongs in
-activities.
+`workflow.uuid4()`); waiting is `workflow.sleep`, `asyncio.sleep` or `workflow.wait_condition`, and
+`workflow.wait` / `workflow.as_completed` replace `asyncio.wait` / `asyncio.as_completed`; I/O belongs in activities.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar, overload
@@ -23,14 +23,18 @@ from ostinato.sdk import _definitions as defs
 from ostinato.sdk import _instance as runtime
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._instance import ContinueAsNew, WorkflowInfo
+from ostinato.sdk._wait import as_completed, wait
 from ostinato.sdk.common import RetryPolicy, to_ms
 
 __all__ = [
     "ActivityCancellationType",
     "ChildWorkflowHandle",
     "ExternalWorkflowHandle",
+    "Info",
+    "LoggerAdapter",
     "ParentClosePolicy",
     "WorkflowInfo",
+    "as_completed",
     "continue_as_new",
     "continue_as_new_suggested",
     "defn",
@@ -51,15 +55,19 @@ __all__ = [
     "sleep",
     "start_activity",
     "start_child_workflow",
+    "time",
+    "unsafe",
     "upsert_memo",
     "upsert_search_attributes",
     "uuid4",
+    "wait",
     "wait_condition",
 ]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 Record = dict[str, Any]
+Info = WorkflowInfo  # Temporal's name for it
 
 
 class ActivityCancellationType(StrEnum):
@@ -140,6 +148,11 @@ def now() -> datetime:
     return runtime.current().now
 
 
+def time() -> float:
+    """`now()` as seconds since the epoch, for code written against `time.time()`."""
+    return runtime.current().now.timestamp()
+
+
 def random() -> Any:
     """A `random.Random` seeded from the run, so replays draw the same numbers."""
     return runtime.current().random
@@ -162,20 +175,95 @@ def continue_as_new_suggested() -> bool:
     return runtime.current().suggest_continue_as_new
 
 
-class _ReplayAwareLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Logs once: not again while replaying history, with the workflow id and run id in each line."""
+class unsafe:  # lower case: Temporal's name, used as `workflow.unsafe.imports_passed_through()`
+    """What Temporal keeps for advanced cases, as static methods.
+
+    Ostinato runs workflow code without a sandbox (determinism is kept by guards on the clock, randomness, threads
+    and I/O), so there is nothing to pass imports through: `imports_passed_through()` is there so Temporal code
+    ports unchanged, and does nothing.
+    """
+
+    def __init__(self) -> None:
+        raise NotImplementedError("workflow.unsafe is a namespace of static methods")
+
+    @staticmethod
+    def is_replaying() -> bool:
+        """Whether the running activation replays history (its commands were already recorded) rather than
+        deciding anew.
+
+        Raises:
+            RuntimeError: not in a workflow.
+        """
+        return runtime.current().replaying
+
+    @staticmethod
+    def in_sandbox() -> bool:
+        """Always False: Ostinato has no workflow sandbox."""
+        return False
+
+    @staticmethod
+    @contextlib.contextmanager
+    def imports_passed_through() -> Iterator[None]:
+        """Does nothing: without a sandbox every import is already the process's own module."""
+        yield
+
+
+class LoggerAdapter(logging.LoggerAdapter[logging.Logger]):
+    """`workflow.logger`: silent while the workflow replays history (a line is logged once, when its code first
+    runs), and each line carries the workflow's details, appended to the message and as `extra["temporal_workflow"]`
+    (as Temporal's adapter names it, so log pipelines built for Temporal read it).
+
+    Attributes:
+        workflow_info_on_message: append the details to the message (default True).
+        workflow_info_on_extra: add `temporal_workflow` to the record (default True).
+        full_workflow_info_on_extra: add the whole `workflow.info()` as `workflow_info` (default False).
+        log_during_replay: log while replaying too (default False).
+    """
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(logger, extra or {})
+        self.workflow_info_on_message = True
+        self.workflow_info_on_extra = True
+        self.full_workflow_info_on_extra = False
+        self.log_during_replay = False
 
     def isEnabledFor(self, level: int) -> bool:
-        return not (_context.in_workflow() and runtime.current().replaying) and self.logger.isEnabledFor(level)
+        replaying = _context.in_workflow() and runtime.current().replaying
+        return (self.log_during_replay or not replaying) and self.logger.isEnabledFor(level)
 
-    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        if _context.in_workflow():
-            i = runtime.current()
-            msg = f"{msg} [workflow {i.workflow_id} run {i.run_id}]"
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        if not _context.in_workflow():
+            return msg, kwargs
+        instance = runtime.current()
+        details = _logger_details(instance)
+        if self.workflow_info_on_message:
+            msg = f"{msg} ({details})"
+        extra = dict(kwargs.get("extra") or {})  # a copy: the caller's dict may be reused
+        if self.workflow_info_on_extra:
+            extra.setdefault("temporal_workflow", details)
+        if self.full_workflow_info_on_extra and instance.info is not None:
+            extra.setdefault("workflow_info", instance.info)
+        kwargs["extra"] = extra
         return msg, kwargs
 
+    @property
+    def base_logger(self) -> logging.Logger:
+        """The logger underneath, to add handlers or formatters to."""
+        return self.logger
 
-logger = _ReplayAwareLogger(logging.getLogger("ostinato.workflow"), {})
+
+def _logger_details(instance: runtime.WorkflowInstance) -> dict[str, Any]:
+    """Temporal's keys; before the run's start event is applied only the ids are known."""
+    details: dict[str, Any] = {"namespace": instance.namespace, "run_id": instance.run_id,
+                               "workflow_id": instance.workflow_id}
+    if instance.info is not None:
+        details.update(attempt=instance.info.attempt, task_queue=instance.info.task_queue,
+                       workflow_type=instance.info.workflow_type)
+    return dict(sorted(details.items()))
+
+
+logger = LoggerAdapter(logging.getLogger("ostinato.workflow"))
+"""Logs with the running workflow's details, and not while it replays (see `LoggerAdapter`)."""
 
 
 async def sleep(duration: timedelta | float) -> None:

@@ -1,5 +1,6 @@
 """Temporal's names in the SDK (issue 17), used as Temporal's samples and docs use them, on the time-skipping
-environment: the workflow status and start-policy enums, `activity.logger`, `activity.Info` and waiting for an
+environment: status and start-policy enums, the activity and workflow loggers, `workflow.unsafe`,
+`workflow.time()`, `workflow.wait` / `as_completed`, `workflow.Info` / `activity.Info` and waiting for an
 activity's cancellation."""
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from ostinato.exceptions import WorkflowAlreadyStartedError
 from ostinato.sdk.activity import ActivityContext, set_context
 from ostinato.testing import EngineService, WorkflowEnvironment
 from ostinato.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    import json  # as Temporal code imports what its workflows pass through the sandbox
 
 Q = "names"
 Record = dict[str, Any]
@@ -179,3 +183,122 @@ def test_wait_for_cancelled_sync_waits_for_the_request_or_the_timeout() -> None:
     started = time.monotonic()
     context.run(activity.wait_for_cancelled_sync)
     assert time.monotonic() - started < 1
+
+
+# -- ostinato.workflow ----------------------------------------------------------------------------------------------
+
+REPLAYING: list[bool] = []
+
+
+@workflow.defn
+class Onboarding:
+    """Logs, records `unsafe.is_replaying()` and checks `workflow.time()` at each step."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+
+    @workflow.signal
+    def step(self, name: str) -> None:
+        self.steps.append(name)
+
+    @workflow.run
+    async def run(self, user: str) -> str:
+        assert isinstance(workflow.info(), workflow.Info)
+        workflow.logger.info("onboarding %s", user)
+        REPLAYING.append(workflow.unsafe.is_replaying())
+        await workflow.wait_condition(lambda: len(self.steps) == 2)
+        workflow.logger.info("steps done: %s", json.dumps(self.steps))
+        REPLAYING.append(workflow.unsafe.is_replaying())
+        assert workflow.time() == workflow.now().timestamp()
+        return f"{user} at {workflow.time()}"
+
+
+@run_async
+async def test_workflow_logger_adds_the_runs_details_and_is_silent_on_replay(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ostinato.workflow")
+    REPLAYING.clear()
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    async with await WorkflowEnvironment.start_time_skipping(start_time=start) as env, \
+            Worker(env.client, task_queue=Q, workflows=[Onboarding], max_cached_workflows=0):  # every task replays
+        handle = await env.client.start_workflow(Onboarding.run, "ada", id="on-1", task_queue=Q)
+        await handle.signal(Onboarding.step, "email")
+        await env.sleep(timedelta(minutes=1))
+        await handle.signal(Onboarding.step, "profile")
+        result = await handle.result()
+    assert result == f"ada at {env.now().timestamp()}" and env.now() >= start + timedelta(minutes=1)
+    lines = [r for r in caplog.records if r.name == "ostinato.workflow" and r.msg.startswith(("onboarding", "steps"))]
+    assert [r.getMessage().split(" (")[0] for r in lines] == ["onboarding ada", 'steps done: ["email", "profile"]']
+    details = lines[0].temporal_workflow
+    assert details == {"attempt": 1, "namespace": "default", "run_id": handle.run_id, "task_queue": Q,
+                       "workflow_id": "on-1", "workflow_type": "Onboarding"}
+    assert "'workflow_id': 'on-1'" in lines[1].getMessage()
+    # The first step ran live once, then was replayed by each later task; the last ran live.
+    assert REPLAYING[0] is False and REPLAYING[-1] is False and REPLAYING.count(True) >= 2
+
+
+def test_unsafe_is_workflow_only_and_passes_imports_through_as_a_no_op() -> None:
+    with pytest.raises(RuntimeError, match="not in a workflow"):
+        workflow.unsafe.is_replaying()
+    assert workflow.unsafe.in_sandbox() is False
+    with workflow.unsafe.imports_passed_through():
+        import decimal
+    assert decimal.Decimal("1") == 1
+
+
+@workflow.defn
+class Race:
+    """Timers race in `workflow.wait` and `workflow.as_completed`; replays must make the same decisions."""
+
+    @workflow.run
+    async def run(self) -> Record:
+        async def after(seconds: int, label: str) -> str:
+            await workflow.sleep(seconds)
+            return label
+
+        slow, fast = asyncio.create_task(after(60, "slow")), asyncio.create_task(after(10, "fast"))
+        done, pending = await workflow.wait([slow, fast], return_when=asyncio.FIRST_COMPLETED)
+        first = [t.result() for t in done]
+        for task in pending:
+            task.cancel()
+        hour = asyncio.create_task(after(3600, "hour"))
+        done, pending = await workflow.wait([hour], timeout=timedelta(seconds=30))
+        timed_out = (len(done), len(pending))
+        hour.cancel()
+        order = [await next_done for next_done in workflow.as_completed(
+            [after(30, "c"), after(10, "a"), after(20, "b")])]
+        late: list[str] = []
+        for next_done in workflow.as_completed([after(5, "soon"), after(500, "never")], timeout=60):
+            try:
+                late.append(await next_done)
+            except TimeoutError:
+                late.append("timed out")
+        return {"first": first, "timed_out": timed_out, "order": order, "late": late}
+
+
+@run_async
+async def test_wait_and_as_completed_order_results_deterministically() -> None:
+    results = []
+    for cached in (10, 0):  # kept in memory, then replayed from history at every task
+        async with await WorkflowEnvironment.start_time_skipping() as env, \
+                Worker(env.client, task_queue=Q, workflows=[Race], max_cached_workflows=cached):
+            results.append(await env.client.execute_workflow(Race.run, id=f"race-{cached}", task_queue=Q))
+    assert results[0] == results[1] == {"first": ["fast"], "timed_out": [0, 1], "order": ["a", "b", "c"],
+                                        "late": ["soon", "timed out"]}
+
+
+@run_async
+async def test_wait_refuses_what_asyncio_wait_refuses() -> None:
+    async def nothing() -> None:
+        pass
+
+    coroutine = nothing()
+    with pytest.raises(TypeError, match="not coroutines"):
+        await workflow.wait([coroutine])
+    coroutine.close()
+    with pytest.raises(ValueError, match="at least one"):
+        await workflow.wait([])
+    task = asyncio.create_task(nothing())
+    with pytest.raises(ValueError, match="return_when"):
+        await workflow.wait([task], return_when="SOMETIMES")
+    await task
