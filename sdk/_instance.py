@@ -1,10 +1,12 @@
 """One workflow run in a worker: history events in, workflow commands out, deterministically.
 
-History is cut into activations at each WORKFLOW_TASK_STARTED. For an activation that history shows completed,
-the code is run again (replay) and the commands it produces must match, in order, the events that follow the
+History is cut into activations at each WORKFLOW_TASK_STARTED. An activation sees the events up to its task's
+WORKFLOW_TASK_SCHEDULED (the STARTED's `scheduled_event_id`): the engine writes STARTED with the worker's answer, so
+events that arrived while the task was out stand before it (and, in histories written before that, between STARTED
+and COMPLETED); either way they belong to the next activation. For an activation that history shows completed, the
+code is run again (replay) and the commands it produces must match, in order, the events that follow the
 WORKFLOW_TASK_COMPLETED; any difference is a `NondeterminismError` (the task fails, history is untouched). The
-activation of the task being worked on is live: its commands are the answer. Events that arrive while a task runs
-(written between its STARTED and COMPLETED) belong to the next activation. Each command kind has its own sequence
+activation of the task being worked on is live: its commands are the answer. Each command kind has its own sequence
 number, so ids (`activity_id`, `timer_id`) are the same on every replay.
 """
 
@@ -155,13 +157,19 @@ class WorkflowInstance:
             for index, event in enumerate(events):
                 kind = event["event_type"]
                 if kind == "WORKFLOW_TASK_STARTED":
+                    seen = _attrs(event)["scheduled_event_id"]
+                    if event["event_id"] != live_started_event_id and seen + 1 == self.last_started_event_id:
+                        continue  # this instance ran that activation live; history now shows its start
                     self._unmatched_check(event)
                     if event["event_id"] == live_started_event_id:
                         return self._activate(jobs, event, replaying=False)
-                    if outcome_of.get(event["event_id"]) == "WORKFLOW_TASK_COMPLETED":
-                        self._learn_patches(events, index)
-                        self._activate(jobs, event, replaying=True)
-                        jobs = []
+                    if outcome_of.get(event["event_id"]) != "WORKFLOW_TASK_COMPLETED":
+                        continue  # a failed or timed-out task: what it saw comes again in the next one
+                    # Later arrivals, written before this STARTED, are the next activation's.
+                    now = [job for job in jobs if job["event_id"] <= seen]
+                    jobs = [job for job in jobs if job["event_id"] > seen]
+                    self._learn_patches(events, index)
+                    self._activate(now, event, replaying=True)
                 elif kind == "WORKFLOW_TASK_COMPLETED":
                     matching = True
                 elif kind in COMMAND_EVENTS and matching:
@@ -236,7 +244,8 @@ class WorkflowInstance:
             log.warning("workflow %s/%s: history has %d events, past the warning threshold; call "
                         "workflow.continue_as_new(...) soon, carrying the state over (the engine terminates runs at "
                         "its hard limit)", self.workflow_id, self.run_id, self.history_length)
-        self.last_started_event_id = started["event_id"]
+        # As the task showed it: SCHEDULED + 1, whatever id history gives the STARTED once the answer is in.
+        self.last_started_event_id = _attrs(started)["scheduled_event_id"] + 1
         self._new = []
         self._task_failure = None
         _guards.install()

@@ -314,6 +314,7 @@ class KafkaWorkerLoop:
         completion (then `acknowledged` runs on delivery), False when the task is done on return."""
         handler = self.worker.workflow_handler
         assert handler is not None
+        taken_ms = time.time_ns() // 1_000_000  # the task's start, as history will record it
         history: list[Record] = []
         cached = handler.cache.get(task["run_id"])
         sticky = cached is not None and cached.last_started_event_id == task["previous_started_event_id"]
@@ -327,7 +328,7 @@ class KafkaWorkerLoop:
                             task["run_id"], exc)
                 return False
         try:
-            command, body = handler.handle(task, lambda: history)
+            command, body = handler.handle(task, lambda: history, taken_ms)
         except HistoryBehind as exc:
             log.warning("%s; the task will be retried", exc)
             return False

@@ -35,8 +35,13 @@ class WorkflowTaskHandler:
         self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self.replays = 0  # full-history replays (cache misses), for tests and metrics
 
-    def handle(self, task: Record, full_history: Callable[[], list[Record]]) -> Command:
-        """The command answering a WorkflowTask: RespondWorkflowTaskCompleted, or Failed (history untouched)."""
+    def handle(self, task: Record, full_history: Callable[[], list[Record]], taken_ms: int | None = None) -> Command:
+        """The command answering a WorkflowTask: RespondWorkflowTaskCompleted, or Failed (history untouched).
+
+        `taken_ms` is when the worker took the task (None: the time the task's STARTED carries, as the test
+        environment's virtual clock wants): the activation's `workflow.now()`, and reported in the answer, so
+        history's STARTED has the same time when the run is replayed."""
+        task = taking(task, taken_ms)
         definition = self.definitions.get(task["workflow_type"])
         if definition is None:
             known = ", ".join(sorted(self.definitions)) or "none"
@@ -65,7 +70,8 @@ class WorkflowTaskHandler:
                 self.cache.popitem(last=False)
         return (command_type("RespondWorkflowTaskCompleted"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
-            "commands": outcome.commands, "force_create_new_task": False, "sdk_flags": [], "build_id": ""})
+            "commands": outcome.commands, "force_create_new_task": False, "sdk_flags": [], "build_id": "",
+            "started_time_ms": started_time_ms(task)})
 
     def _instance(self, task: Record, definition: WorkflowDefinition,
                   full_history: Callable[[], list[Record]]) -> tuple[WorkflowInstance, list[Record]]:
@@ -79,8 +85,8 @@ class WorkflowTaskHandler:
         if cached is not None and cached.last_started_event_id == task["previous_started_event_id"]:
             if not task.get("events_omitted"):
                 return cached, task["events"]
-            since = task["previous_started_event_id"]
-            return cached, _through(full_history(), since, first, task) + task["events"]
+            seen = task["previous_started_event_id"] - 1  # the previous task's SCHEDULED: what the copy has seen
+            return cached, _through(full_history(), seen, first, task) + task["events"]
         self.replays += 1
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
@@ -109,7 +115,30 @@ class WorkflowTaskHandler:
     def _failed(self, task: Record, error: BaseException, cause: str) -> Command:
         return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
-            "failure": self.converter.encode_failure(error), "build_id": ""})
+            "failure": self.converter.encode_failure(error), "build_id": "", "started_time_ms": started_time_ms(task)})
+
+
+def _live_started(task: Record) -> Record | None:
+    """The task's own WORKFLOW_TASK_STARTED (the last of its events; not in history until the answer is in)."""
+    events: list[Record] = task["events"]
+    last = events[-1] if events else None
+    if last is None or last["event_type"] != "WORKFLOW_TASK_STARTED" or last["event_id"] != task["started_event_id"]:
+        return None
+    return last
+
+
+def taking(task: Record, taken_ms: int | None) -> Record:
+    """`task` with its STARTED at `taken_ms`, never earlier than the time the task carried (clocks differ)."""
+    started = _live_started(task)
+    if taken_ms is None or started is None or taken_ms <= started["event_time_ms"]:
+        return task
+    return {**task, "events": [*task["events"][:-1], {**started, "event_time_ms": taken_ms}]}
+
+
+def started_time_ms(task: Record) -> int | None:
+    """When the activation says the task was taken: reported with the answer, recorded as history's STARTED."""
+    started = _live_started(task)
+    return None if started is None else int(started["event_time_ms"])
 
 
 def history_needed_through(task: Record) -> int:

@@ -48,8 +48,10 @@ def deadlines(run: RunState, config: Config) -> set[Deadline]:
         if task.retry_at_ms is not None:
             out.add(Deadline(task.retry_at_ms, "WORKFLOW_TASK_RETRY", rid, "", task.scheduled_event_id, task.attempt))
         else:
-            out.add(Deadline(after(task.started_time_ms, task.timeout_ms), "WORKFLOW_TASK_TIMEOUT", rid, "",
-                             task.scheduled_event_id, task.attempt))
+            # From dispatch: a task's start is reported only with its answer (0 until then), and nothing tells the
+            # engine whether a worker took it meanwhile.
+            out.add(Deadline(after(task.started_time_ms or task.scheduled_time_ms, task.timeout_ms),
+                             "WORKFLOW_TASK_TIMEOUT", rid, "", task.scheduled_event_id, task.attempt))
     for a in run.activities.values():
         sid = a.scheduled_event_id
         if a.schedule_to_close_timeout_ms is not None:

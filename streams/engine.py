@@ -345,21 +345,24 @@ class InMemoryEngine:
 
     def complete_workflow_task(self, task: Record, commands: Iterable[tuple[str, Record]] = (), *,
                                identity: str = "worker", force_create_new_task: bool = False,
-                               sdk_flags: Sequence[int] = (), build_id: str = "") -> Record | None:
+                               sdk_flags: Sequence[int] = (), build_id: str = "",
+                               started_time_ms: int | None = None) -> Record | None:
         """Answer a workflow task with the workflow's commands, e.g. `("StartTimerCommand", {...})`; a command
-        name without a namespace is taken from `ostinato.command`."""
+        name without a namespace is taken from `ostinato.command`. `started_time_ms`: when the worker took the
+        task (None: the time its STARTED carried)."""
         return self._answer(task, "RespondWorkflowTaskCompleted", {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
             "commands": [(_full_name(name), body) for name, body in commands],
             "force_create_new_task": force_create_new_task, "sdk_flags": list(sdk_flags), "build_id": build_id,
+            "started_time_ms": started_time_ms,
         }, identity)
 
     def fail_workflow_task(self, task: Record, failure: Record | str = "workflow task failed", *,
                            cause: str = "WORKFLOW_WORKER_UNHANDLED_FAILURE", identity: str = "worker",
-                           ) -> Record | None:
+                           started_time_ms: int | None = None) -> Record | None:
         return self._answer(task, "RespondWorkflowTaskFailed", {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
-            "failure": _failure(failure)}, identity)
+            "failure": _failure(failure), "started_time_ms": started_time_ms}, identity)
 
     def start_activity(self, task: Record, identity: str = "worker") -> Record | None:
         """Report that a worker took the task (a Kafka worker commits the task's offset once this is accepted)."""

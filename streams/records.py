@@ -10,7 +10,7 @@ from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchActivityTask, DispatchQueryTask, DispatchWorkflowTask, Reply
 from ostinato.streams.config import Config
-from ostinato.streams.deciders.common import transient_task_events
+from ostinato.streams.deciders.common import started_event, transient_task_events
 from ostinato.streams.model import RunState
 
 Record = dict[str, Any]
@@ -53,55 +53,53 @@ def workflow_task(run: RunState, action: DispatchWorkflowTask, history: Sequence
                   ) -> Record | None:
     """The WorkflowTask record for `action`, or None when the task it names is no longer the run's.
 
-    `history` is the run's history, event `n` at index `n - 1`. A transient attempt's scheduled/started events
-    are not in history (so a workflow stuck on broken code does not grow it); they are synthesised here under
-    the ids the core reserved, and written for real only if the attempt completes.
+    `history` is the run's history, event `n` at index `n - 1`. The task's STARTED is not in history: it is
+    written with the worker's answer (a transient attempt's SCHEDULED too, so a workflow stuck on broken code does
+    not grow its history), so the record carries it synthesised under the id the core reserved. The events are
+    those after what the worker saw last, the SCHEDULED of the run's previous task: a worker that cached the run
+    gets what arrived since, the previous task's STARTED and answer among them.
     """
-    if action.transient:
-        return _transient_task(run, action, history, config)
-    if len(history) < action.started_event_id:
-        return None
-    scheduled = history[action.scheduled_event_id - 1]
-    started = history[action.started_event_id - 1]
-    started_attrs = ev.attributes(started)
-    return _task_record(run, action, history[action.previous_started_event_id:action.started_event_id],
-                        history_length=started_attrs["history_length"],
-                        suggest=started_attrs["suggest_continue_as_new"], scheduled_time_ms=scheduled["event_time_ms"],
-                        deadline_ms=started["event_time_ms"]
-                        + ev.attributes(scheduled)["start_to_close_timeout_ms"])
-
-
-def _transient_task(run: RunState, action: DispatchWorkflowTask, history: Sequence[Record], config: Config,
-                    ) -> Record | None:
     task = run.workflow_task
-    if (task is None or not task.transient or task.scheduled_event_id != action.scheduled_event_id
-            or task.attempt != action.attempt):
-        return None  # superseded within the same command: an event took the reserved ids
-    scheduled, started = transient_task_events(run, config)
-    length = task.started_event_id
-    suggest = ev.attributes(started)["suggest_continue_as_new"]
-    events = [*history[action.previous_started_event_id:task.scheduled_event_id - 1], scheduled, started]
-    return _task_record(run, action, events, history_length=length, suggest=suggest,
-                        scheduled_time_ms=task.scheduled_time_ms, deadline_ms=task.started_time_ms + task.timeout_ms)
-
-
-def _task_record(run: RunState, action: DispatchWorkflowTask, events: Sequence[Record], *, history_length: int,
-                 suggest: bool, scheduled_time_ms: int, deadline_ms: int) -> Record:
+    if (task is None or task.transient != action.transient or task.scheduled_event_id != action.scheduled_event_id
+            or task.attempt != action.attempt or task.started_event_id != action.started_event_id):
+        return None  # superseded within the same command: an event took the reserved ids, or the run closed
+    if not action.transient and (task.started_time_ms or len(history) < task.scheduled_event_id):
+        return None  # a task already answered (its start is in history), or history does not reach it yet
+    seen = seen_through(history, action.previous_started_event_id)
+    started = started_event(task, config)
+    if action.transient:
+        scheduled, _ = transient_task_events(run, config)
+        events = [*history[seen:task.scheduled_event_id - 1], scheduled, started]
+    else:
+        events = [*history[seen:task.scheduled_event_id], started]
+    started_attrs = ev.attributes(started)
     return {
         "namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run.run_id,
         "workflow_type": run.workflow_type, "task_queue": action.task_queue,
         "scheduled_event_id": action.scheduled_event_id, "started_event_id": action.started_event_id,
-        "attempt": action.attempt, "previous_started_event_id": action.previous_started_event_id,
-        "events": list(events), "history_length": history_length, "suggest_continue_as_new": suggest,
-        "scheduled_time_ms": scheduled_time_ms, "deadline_ms": deadline_ms, "events_omitted": False,
+        "attempt": action.attempt, "previous_started_event_id": seen + 1 if action.previous_started_event_id else 0,
+        "events": events, "history_length": started_attrs["history_length"],
+        "suggest_continue_as_new": started_attrs["suggest_continue_as_new"],
+        "scheduled_time_ms": task.scheduled_time_ms, "deadline_ms": started["event_time_ms"] + task.timeout_ms,
+        "events_omitted": False,
     }
+
+
+def seen_through(history: Sequence[Record], previous_started_event_id: int) -> int:
+    """The last event the run's previous workflow task showed its worker: that task's SCHEDULED (0 for none).
+
+    A worker's cached copy of the run stopped there, with the task's STARTED as the task showed it, under the id
+    SCHEDULED + 1; so `previous_started_event_id` of a record is that id, whatever id history gave the STARTED."""
+    if not previous_started_event_id:
+        return 0
+    return int(ev.attributes(history[previous_started_event_id - 1])["scheduled_event_id"])
 
 
 def without_events(task: Record, transient: bool) -> Record:
     """The WorkflowTask record without the events history has (`events_omitted`), for when they would make it larger
-    than a record may be. A transient attempt keeps its scheduled/started events: they are not in history (they are
-    small, and written only if the attempt completes), and the worker's fetched history ends just before them."""
-    return {**task, "events": task["events"][-2:] if transient else [], "events_omitted": True}
+    than a record may be. It keeps the events history does not have: the task's STARTED, and a transient attempt's
+    SCHEDULED (they are small); the worker's fetched history ends just before them."""
+    return {**task, "events": task["events"][-2:] if transient else task["events"][-1:], "events_omitted": True}
 
 
 def activity_task(run: RunState, action: DispatchActivityTask, history: Sequence[Record]) -> Record | None:

@@ -64,8 +64,8 @@ class Writer:
         self._remember(run_id)
         return self.workflow.runs[run_id]
 
-    def append(self, run_id: str, event_type: str, attrs: Record) -> Record:
-        """Write one event to run `run_id`'s history and apply it."""
+    def append(self, run_id: str, event_type: str, attrs: Record, time_ms: int | None = None) -> Record:
+        """Write one event to run `run_id`'s history and apply it, at `time_ms` (the step's time if None)."""
         run = self.workflow.runs.get(run_id)
         self._remember(run_id)
         if run is not None and run.workflow_task is not None and run.workflow_task.transient:
@@ -73,7 +73,8 @@ class Writer:
             # now stale, and a real one is scheduled when the command is done (see `finish`).
             self._lost_transient[run_id] = run.workflow_task.attempt
             run.workflow_task = None
-        event = ev.make_event(event_type, run.next_event_id if run else 1, self.now_ms, attrs,
+        event = ev.make_event(event_type, run.next_event_id if run else 1, self.now_ms if time_ms is None else time_ms,
+                              attrs,
                               CURRENT_VERSION[event_type])
         self._write(run_id, event)
         return event
@@ -82,15 +83,18 @@ class Writer:
         apply(self.workflow, run_id, event)
         self.step.events.append((run_id, event))
 
-    def materialize_transient_task(self, run_id: str) -> None:
+    def materialize_transient_task(self, run_id: str, started_ms: int) -> None:
         """Write the scheduled/started events of the transient task being completed, exactly as the worker saw
-        them in the task (ids, times and attributes), so live processing and replay agree."""
+        them in the task (ids, times and attributes), so live processing and replay agree: the started event at
+        `started_ms`, when the worker took it, and naming the worker."""
         from ostinato.streams.deciders.common import transient_task_events
 
         run = self.edit(run_id)
         task = run.workflow_task
         assert task is not None and task.transient
         scheduled, started = transient_task_events(run, self.config)
+        ev.attributes(started)["identity"] = self.command["identity"]
+        started["event_time_ms"] = started_ms
         run.workflow_task = None
         self._write(run_id, scheduled)
         self._write(run_id, started)

@@ -296,6 +296,9 @@ def describe(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
     keys = ("workflow_id", "run_id", "workflow_type", "task_queue", "status", "start_time_ms", "close_time_ms",
             "next_event_id", "attempt")
     summary = {k: _when(state[k]) if k.endswith("_time_ms") else state[k] for k in keys if k in state}
+    task = state.get("workflow_task")
+    summary["workflow task"] = "none" if task is None else (
+        f"{task.get('state', 'SCHEDULED')}, attempt {task['attempt']}, scheduled {_when(task['scheduled_time_ms'])}")
     summary["pending activities"] = len(state.get("activities", []))
     summary["timers"] = len(state.get("timers", []))
     summary["children"] = len(state.get("children", []))

@@ -153,7 +153,7 @@ async def describe(request: web.Request) -> web.Response:
     _, _, data = found
     if request.query.get("format") == AVRO:
         return web.Response(body=data, content_type=STATE_CONTENT_TYPE)
-    return web.json_response(jsonable(to_record(decode_run(data))))
+    return web.json_response(jsonable(_with_task_state(to_record(decode_run(data)))))
 
 
 @owner_read
@@ -240,6 +240,18 @@ async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: 
         store, _, state = found
 
 
+def _with_task_state(record: dict[str, Any]) -> dict[str, Any]:
+    """The run's workflow task in flight with its `state`, as Temporal's pending workflow task has it. The engine
+    hears of a task's start only with its answer, so a task in flight is SCHEDULED, its start unknown (0); a task
+    dispatched by an engine from before that shows STARTED (at dispatch) until it is answered."""
+    task = record.get("workflow_task")
+    if task is not None:
+        started = bool(task["started_time_ms"]) and not task.get("transient")
+        record["workflow_task"] = {**task, "state": "STARTED" if started else "SCHEDULED",
+                                   **({} if started else {"started_event_id": 0, "started_time_ms": 0})}
+    return record
+
+
 @owner_read
 async def pending(request: web.Request) -> web.Response:
     """What the run waits for: activities, timers, children, external requests and its workflow task."""
@@ -247,7 +259,7 @@ async def pending(request: web.Request) -> web.Response:
     if isinstance(found, web.Response):
         return found
     _, run_id, data = found
-    record = to_record(decode_run(data))
+    record = _with_task_state(to_record(decode_run(data)))
     keys = ("status", "workflow_task", "activities", "timers", "children", "external_requests")
     return web.json_response(jsonable({"run_id": run_id, **{k: record[k] for k in keys}}))
 

@@ -1,11 +1,17 @@
-"""Appliers of the workflow task: scheduled, started, then completed, failed or timed out."""
+"""Appliers of the workflow task: scheduled, started, then completed, failed or timed out.
+
+Version 1 histories write STARTED at dispatch, right after SCHEDULED. From version 2 on, a task goes out through
+Kafka when it is scheduled and its STARTED is written with the worker's answer, at the time the worker took it
+(issue 15): in between, the task holds the id its STARTED had in the task the worker saw (SCHEDULED + 1), so events
+arriving meanwhile still mark it as running, and `started_time_ms` stays 0 until the start is reported.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ostinato.streams import events as ev
-from ostinato.streams.appliers import applier
+from ostinato.streams.appliers import ReplayError, applier
 from ostinato.streams.lifecycle import WORKFLOW_TASK
 from ostinato.streams.model import Workflow, WorkflowTaskState
 
@@ -29,11 +35,32 @@ def scheduled(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     )
 
 
+@applier(ev.WORKFLOW_TASK_SCHEDULED, 2)
+def scheduled_v2(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
+    run = wf.runs[run_id]
+    WORKFLOW_TASK.check(_state(run.workflow_task), "SCHEDULED")
+    run.workflow_task = WorkflowTaskState(
+        scheduled_event_id=event["event_id"], started_event_id=event["event_id"] + 1, attempt=attrs["attempt"],
+        task_queue=attrs["task_queue"], scheduled_time_ms=event["event_time_ms"], started_time_ms=0,
+        timeout_ms=attrs["start_to_close_timeout_ms"],
+    )
+
+
 @applier(ev.WORKFLOW_TASK_STARTED)
 def started(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     task = wf.runs[run_id].workflow_task
     WORKFLOW_TASK.check(_state(task), "STARTED")
     assert task is not None
+    task.started_event_id = event["event_id"]
+    task.started_time_ms = event["event_time_ms"]
+
+
+@applier(ev.WORKFLOW_TASK_STARTED, 2)
+def started_v2(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
+    task = wf.runs[run_id].workflow_task
+    if task is None or task.started_time_ms or task.scheduled_event_id != attrs["scheduled_event_id"]:
+        raise ReplayError(f"run {run_id}: WORKFLOW_TASK_STARTED (event {event['event_id']}) names workflow task "
+                          f"{attrs['scheduled_event_id']}, which is not scheduled and waiting for its start")
     task.started_event_id = event["event_id"]
     task.started_time_ms = event["event_time_ms"]
 

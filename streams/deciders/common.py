@@ -41,8 +41,9 @@ def task_run(w: Writer) -> RunState | None:
 def schedule_workflow_task(w: Writer, run_id: str, attempt: int | None = None) -> None:
     """Schedule and dispatch a workflow task, unless one is in flight or the run is closed.
 
-    The started event is written at dispatch: the task travels through Kafka, so no separate "started" report
-    comes back, and its start-to-close timeout counts from here.
+    Only SCHEDULED is written: the task goes out through Kafka now, with its STARTED synthesised under the next id
+    (`started_event`), and the STARTED of history is written with the worker's answer, at the time the worker took
+    the task (`record_start`). Its timeout counts from here, since nothing tells the engine when a worker takes it.
     """
     run = w.run(run_id)
     if not run.open or run.workflow_task is not None:
@@ -50,12 +51,8 @@ def schedule_workflow_task(w: Writer, run_id: str, attempt: int | None = None) -
     attempt = attempt or w.lost_transient_attempt(run_id)
     scheduled = w.append(run_id, ev.WORKFLOW_TASK_SCHEDULED, {
         "task_queue": run.task_queue, "start_to_close_timeout_ms": run.task_timeout_ms, "attempt": attempt})
-    length = run.history_length + 1
-    started = w.append(run_id, ev.WORKFLOW_TASK_STARTED, {
-        "scheduled_event_id": scheduled["event_id"], "history_length": length,
-        "suggest_continue_as_new": length >= w.config.limits.history_warn_events})
     w.act(DispatchWorkflowTask(run.namespace, run.workflow_id, run_id, run.task_queue, scheduled["event_id"],
-                               started["event_id"], attempt, run.last_workflow_task_started_event_id, False))
+                               scheduled["event_id"] + 1, attempt, run.last_workflow_task_started_event_id, False))
 
 
 def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
@@ -81,20 +78,68 @@ def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
         dispatch_transient(w, run)
 
 
+def started_attributes(scheduled_event_id: int, config: Config, identity: str = "") -> Record:
+    """A WORKFLOW_TASK_STARTED's attributes: the task saw history through its SCHEDULED, and its STARTED follows."""
+    length = scheduled_event_id + 1
+    return {"scheduled_event_id": scheduled_event_id, "history_length": length,
+            "suggest_continue_as_new": length >= config.limits.history_warn_events, "identity": identity}
+
+
+def shown_start_ms(task: WorkflowTaskState) -> int:
+    """The time of the STARTED a task in flight carries to its worker: when it was dispatched."""
+    return task.started_time_ms if task.transient or task.started_time_ms else task.scheduled_time_ms
+
+
+def started_event(task: WorkflowTaskState, config: Config) -> Record:
+    """The STARTED a task in flight carries to its worker: history does not have it (yet), so it is synthesised
+    under the id the core reserved for it; the worker sets its time to when it took the task, and reports it."""
+    return ev.make_event(ev.WORKFLOW_TASK_STARTED, task.started_event_id, shown_start_ms(task),
+                         started_attributes(task.scheduled_event_id, config), CURRENT_VERSION[ev.WORKFLOW_TASK_STARTED])
+
+
 def transient_task_events(run: RunState, config: Config) -> tuple[Record, Record]:
     """The scheduled/started events of a transient task, under its reserved ids and times: what the dispatched
-    task shows the worker, and what is written if the attempt completes."""
+    task shows the worker, and what is written if the attempt completes (with the start it reports)."""
     task = run.workflow_task
     assert task is not None and task.transient
-    length = task.started_event_id
     scheduled = ev.make_event(ev.WORKFLOW_TASK_SCHEDULED, task.scheduled_event_id, task.scheduled_time_ms, {
         "task_queue": task.task_queue, "start_to_close_timeout_ms": task.timeout_ms, "attempt": task.attempt},
         CURRENT_VERSION[ev.WORKFLOW_TASK_SCHEDULED])
-    started = ev.make_event(ev.WORKFLOW_TASK_STARTED, task.started_event_id, task.started_time_ms, {
-        "scheduled_event_id": task.scheduled_event_id, "history_length": length,
-        "suggest_continue_as_new": length >= config.limits.history_warn_events},
-        CURRENT_VERSION[ev.WORKFLOW_TASK_STARTED])
-    return scheduled, started
+    return scheduled, started_event(task, config)
+
+
+# How far ahead of the engine's clock a worker's reported start may be. Further means a broken clock: the
+# answer is refused (the task fails, saying so) rather than history getting a start from the future.
+MAX_START_AHEAD_MS = 60_000
+
+
+def start_problem(task: WorkflowTaskState, reported_ms: int, now_ms: int) -> str | None:
+    """Why a worker's reported start cannot be recorded, or None. The worker clamps it to the task's own
+    STARTED time, so earlier than that is never an honest worker."""
+    shown = shown_start_ms(task)
+    if reported_ms < shown or reported_ms > now_ms + MAX_START_AHEAD_MS:
+        return (f"the worker reports taking the task at {reported_ms} ms, before it was dispatched ({shown}) or "
+                f"more than {MAX_START_AHEAD_MS // 1000} s after the engine's clock ({now_ms}): check the worker's "
+                "clock")
+    return None
+
+
+def record_start(w: Writer, run: RunState, reported_ms: int | None) -> int:
+    """Write the STARTED of the task being answered, at the time its worker took it (the time the task showed, for
+    a worker that reports none), unless history has it already (a task dispatched before version 2 of these
+    events); the id of the STARTED. A transient attempt's SCHEDULED is written with it."""
+    task = run.workflow_task
+    assert task is not None
+    if not task.transient and task.started_time_ms:
+        return task.started_event_id
+    at = shown_start_ms(task) if reported_ms is None else min(max(reported_ms, shown_start_ms(task)),
+                                                                 w.now_ms + MAX_START_AHEAD_MS)
+    if task.transient:
+        w.materialize_transient_task(run.run_id, at)
+        return task.started_event_id
+    started = w.append(run.run_id, ev.WORKFLOW_TASK_STARTED,
+                       started_attributes(task.scheduled_event_id, w.config, w.command["identity"]), time_ms=at)
+    return int(started["event_id"])
 
 
 def dispatch_transient(w: Writer, run: RunState) -> None:

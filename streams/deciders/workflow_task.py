@@ -7,7 +7,13 @@ from typing import Any
 from ostinato.schemas import wire
 from ostinato.streams import events as ev
 from ostinato.streams.deciders.commands import CLOSING, HANDLERS, validate_commands
-from ostinato.streams.deciders.common import schedule_transient_task, schedule_workflow_task, task_run
+from ostinato.streams.deciders.common import (
+    record_start,
+    schedule_transient_task,
+    schedule_workflow_task,
+    start_problem,
+    task_run,
+)
 from ostinato.streams.failures import failure as make_failure
 from ostinato.streams.model import RunState
 from ostinato.streams.writer import Step, Writer
@@ -36,22 +42,24 @@ def completed(w: Writer, body: Record) -> Step:
     task = run.workflow_task
     assert task is not None
     commands = body["commands"]
+    reported = body.get("started_time_ms")
     problem = validate_commands(run, commands, w.config)
+    if problem is None and reported is not None:
+        problem = start_problem(task, reported, w.now_ms)
     cause = "BAD_COMMAND" if problem is not None else None
     if cause is None and task.new_events_while_started and any(name in CLOSING for name, _ in commands):
         cause, problem = "UNHANDLED_COMMAND", "new events arrived while the task ran; the workflow must see them " \
                                               "before it closes"
     if cause is not None:
-        fail_task(w, run, cause, problem or cause)
+        fail_task(w, run, cause, problem or cause, reported)
         # The task failed (that is written), and the worker hears why; the command itself was not refused.
         w.reply((wire.REJECTED, {"code": "INVALID_ARGUMENT", "message": f"{cause}: {problem}",
                                              "existing_run_id": ""}))
         return w.step
     more_to_see = task.new_events_while_started
-    if task.transient:
-        w.materialize_transient_task(run.run_id)
+    started_event_id = record_start(w, run, reported)
     done = w.append(run.run_id, ev.WORKFLOW_TASK_COMPLETED, {
-        "scheduled_event_id": task.scheduled_event_id, "started_event_id": task.started_event_id,
+        "scheduled_event_id": task.scheduled_event_id, "started_event_id": started_event_id,
         "identity": w.command["identity"], "build_id": body["build_id"], "sdk_flags": body["sdk_flags"]})
     for name, attrs in commands:
         HANDLERS[name](w, run.run_id, attrs, done["event_id"])
@@ -65,30 +73,41 @@ def failed(w: Writer, body: Record) -> Step:
     found = _current_task(w, body)
     if isinstance(found, Step):
         return found
-    fail_task(w, found, body["cause"], body["failure"])
+    fail_task(w, found, body["cause"], body["failure"], body.get("started_time_ms"))
     w.accept(found.run_id)
     return w.step
 
 
-def fail_task(w: Writer, run: RunState, cause: str, failure: Record | str) -> None:
-    """Record the first failure of a task in history; retry it transiently, with backoff from the third attempt."""
+def fail_task(w: Writer, run: RunState, cause: str, failure: Record | str, started_ms: int | None = None) -> None:
+    """Record the first failure of a task in history, after its start (the worker did take it); retry it
+    transiently, with backoff from the third attempt."""
     if isinstance(failure, str):
         failure = make_failure(failure)
     _end_and_retry(w, run, ev.WORKFLOW_TASK_FAILED,
-                   {"cause": cause, "failure": failure, "identity": w.command["identity"]})
+                   {"cause": cause, "failure": failure, "identity": w.command["identity"]}, started=True,
+                   started_ms=started_ms)
 
 
 def timed_out(w: Writer, run: RunState) -> None:
-    _end_and_retry(w, run, ev.WORKFLOW_TASK_TIMED_OUT, {"timeout_type": "START_TO_CLOSE"})
+    """No answer within the task's timeout, counted from dispatch. A task whose start history shows (one dispatched
+    before version 2 of these events) timed out START_TO_CLOSE; any other is not known to have started at all."""
+    task = run.workflow_task
+    started = task is not None and not task.transient and bool(task.started_time_ms)
+    _end_and_retry(w, run, ev.WORKFLOW_TASK_TIMED_OUT,
+                   {"timeout_type": "START_TO_CLOSE" if started else "SCHEDULE_TO_CLOSE"}, started=False)
 
 
-def _end_and_retry(w: Writer, run: RunState, event_type: str, attrs: Record) -> None:
-    """End the task in flight (an event, unless it was a transient attempt) and dispatch the next attempt."""
+def _end_and_retry(w: Writer, run: RunState, event_type: str, attrs: Record, *, started: bool,
+                   started_ms: int | None = None) -> None:
+    """End the task in flight (an event, unless it was a transient attempt; after its STARTED if the worker
+    `started` it) and dispatch the next attempt."""
     task = run.workflow_task
     assert task is not None
     if task.transient:
         w.edit(run.run_id).workflow_task = None
     else:
+        started_event_id = record_start(w, run, started_ms) if started else (
+            task.started_event_id if task.started_time_ms else 0)
         w.append(run.run_id, event_type, {"scheduled_event_id": task.scheduled_event_id,
-                                          "started_event_id": task.started_event_id, **attrs})
+                                          "started_event_id": started_event_id, **attrs})
     schedule_transient_task(w, run.run_id, task.attempt + 1)

@@ -111,7 +111,7 @@ def test_a_clean_history_has_no_problems_and_counts_every_run(engine: InMemoryEn
     assert report.closed_runs == {"COMPLETED": 1, "CONTINUED_AS_NEW": 1}
     assert report.events == report.records == sum(len(h) for h in engine.histories.values())
     assert report.histories == engine.histories
-    assert report.summary() == "4 runs, 24 events: 2 closed (COMPLETED 1, CONTINUED_AS_NEW 1), 2 open, 0 deleted; " \
+    assert report.summary() == "4 runs, 23 events: 2 closed (COMPLETED 1, CONTINUED_AS_NEW 1), 2 open, 0 deleted; " \
                                "no problems"
     assert json.loads(json.dumps(report.to_dict()))["closed_runs"] == {"COMPLETED": 1, "CONTINUED_AS_NEW": 1}
 

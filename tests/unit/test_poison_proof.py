@@ -111,9 +111,11 @@ def test_an_activity_failing_10_000_times_keeps_retrying_at_the_maximum_interval
     assert body(engine.signal(NS, "poison", "still-there"))[0] == "Accepted"
     engine.start_activity(activity)
     engine.complete_activity(activity, [payload("at last")])
-    assert history_types(engine, "poison")[-5:] == [ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_TASK_SCHEDULED,
-                                                    ev.WORKFLOW_TASK_STARTED, ev.ACTIVITY_TASK_STARTED,
-                                                    ev.ACTIVITY_TASK_COMPLETED]
+    # the signal's task is scheduled (its STARTED comes with its answer); the attempts wrote nothing until the last
+    assert history_types(engine, "poison") == [
+        ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED,
+        ev.WORKFLOW_TASK_COMPLETED, ev.ACTIVITY_TASK_SCHEDULED, ev.WORKFLOW_EXECUTION_SIGNALED,
+        ev.WORKFLOW_TASK_SCHEDULED, ev.ACTIVITY_TASK_STARTED, ev.ACTIVITY_TASK_COMPLETED]
 
 
 # -- an exception in decide -----------------------------------------------------------------------------------------
@@ -148,15 +150,20 @@ def test_a_completion_the_core_fails_on_is_quarantined_in_its_run_and_redriven_a
     assert kind == "Redriven"
     assert [(o["command_type"], o["outcome"]) for o in redriven["outcomes"]] == [
         ("RespondActivityTaskCompleted", "APPLIED")]
-    # The signal's task is still running: the outcome is written, and a task will follow that one.
-    assert history_types(engine, "order")[-5:] == [ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_TASK_SCHEDULED,
-                                                   ev.WORKFLOW_TASK_STARTED, ev.ACTIVITY_TASK_STARTED,
-                                                   ev.ACTIVITY_TASK_COMPLETED]
+    # The signal's task is still out: the outcome is written (before that task's STARTED, which comes with its
+    # answer), and a task will follow that one.
+    assert history_types(engine, "order") == [
+        ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED,
+        ev.WORKFLOW_TASK_COMPLETED, ev.ACTIVITY_TASK_SCHEDULED, ev.WORKFLOW_EXECUTION_SIGNALED,
+        ev.WORKFLOW_TASK_SCHEDULED, ev.ACTIVITY_TASK_STARTED, ev.ACTIVITY_TASK_COMPLETED]
     state = engine.describe(NS, "order")
     assert state is not None and state["quarantine"] == [] and state["activities"] == []
     engine.complete_workflow_task(task_of(engine, Q))
+    assert history_types(engine, "order")[9:] == [ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED,
+                                                  ev.WORKFLOW_TASK_SCHEDULED]
     engine.complete_workflow_task(task_of(engine, Q), [COMPLETE])
-    assert history_types(engine, "order")[-1] == ev.WORKFLOW_EXECUTION_COMPLETED
+    assert history_types(engine, "order")[12:] == [ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED,
+                                                   ev.WORKFLOW_EXECUTION_COMPLETED]
 
 
 def test_a_redrive_that_fails_again_keeps_the_command_and_counts_it(engine: InMemoryEngine,
@@ -273,12 +280,20 @@ def test_forty_signals_of_200_kib_while_a_task_runs_are_read_from_history_not_ca
     polled = engine.poll_workflow_task(Q)
     assert polled is not None
     kind, task = polled
-    assert kind == wire.WORKFLOW_TASK and task["events_omitted"] is True and task["events"] == []
+    assert kind == wire.WORKFLOW_TASK and task["events_omitted"] is True
+    # it keeps only what history lacks: its own STARTED, under the reserved id
+    assert [(e["event_id"], e["event_type"]) for e in task["events"]] == [
+        (task["started_event_id"], ev.WORKFLOW_TASK_STARTED)]
     history = engine.history(NS, "inbox")
-    new = history[task["previous_started_event_id"]:task["started_event_id"]]
+    # the first task's worker saw history through that task's SCHEDULED (2), its STARTED as id 3
+    assert task["previous_started_event_id"] == 3
+    new = history[task["previous_started_event_id"] - 1:task["scheduled_event_id"]]
     assert sum(len(codec.encode(wire.HISTORY_EVENT, e)) for e in new) > MAX_RECORD_BYTES
-    assert [e["event_type"] for e in new].count(ev.WORKFLOW_EXECUTION_SIGNALED) == 40
-    assert (task["history_length"], task["started_event_id"]) == (len(history), len(history))
+    # the signals came while the first task was out: they stand before its STARTED and COMPLETED
+    assert [e["event_type"] for e in new] == [ev.WORKFLOW_EXECUTION_SIGNALED] * 40 + [
+        ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_TASK_SCHEDULED]
+    assert (task["scheduled_event_id"], task["started_event_id"]) == (len(history), len(history) + 1)
+    assert task["history_length"] == len(history) + 1
     assert engine.rejections == {}
 
     engine.complete_workflow_task(task, [COMPLETE])  # the run carries on

@@ -86,11 +86,12 @@ def test_a_start_writes_history_state_visibility_a_task_and_a_reply(shard: Shard
     assert [(o.partition, o.key) for o in out if o.topic == f"{PREFIX}.replies"] == [(0, b"s-1")]
 
     history = decoded(out, Topic.HISTORY)
-    assert [(p, k) for p, k, _ in history] == [(HOME, history_key(NS, WF, run_id, i).encode()) for i in (1, 2, 3)]
-    assert event_types(out) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    assert [(p, k) for p, k, _ in history] == [(HOME, history_key(NS, WF, run_id, i).encode()) for i in (1, 2)]
+    # no STARTED at dispatch: it is written with the worker's answer
+    assert event_types(out) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED]
     assert {v["event_time_ms"] for _, _, v in history if v} == {NOW}
     topics = [o.topic.removeprefix(PREFIX + ".") for o in out]
-    assert topics[:5] == ["history"] * 3 + ["state"] * 2  # the step's records first, then its actions
+    assert topics[:4] == ["history"] * 2 + ["state"] * 2  # the step's records first, then its actions
 
     state = {k: v for _, k, v in decoded(out, Topic.STATE)}
     assert {p for p, _, _ in decoded(out, Topic.STATE)} == {HOME}
@@ -99,13 +100,17 @@ def test_a_start_writes_history_state_visibility_a_task_and_a_reply(shard: Shard
 
     [(partition, key, visibility)] = decoded(out, Topic.VISIBILITY)
     assert (partition, key) == (HOME, run_key(NS, WF, run_id).encode())
-    assert visibility is not None and visibility["status"] == "RUNNING" and visibility["history_length"] == 3
+    assert visibility is not None and visibility["status"] == "RUNNING" and visibility["history_length"] == 2
     assert visibility["history_size_bytes"] == sum(len(o.value or b"") for o in out if o.topic == f"{PREFIX}.history")
 
     [(partition, key, task)] = decoded(out, f"{PREFIX}.tasks.{Q}.workflow")
     assert (partition, key) == (partition_for(workflow_key(NS, WF), TASK_PARTITIONS), workflow_key(NS, WF).encode())
     assert task is not None and (task["run_id"], task["attempt"], task["history_length"]) == (run_id, 1, 3)
-    assert [e["event_type"] for e in task["events"]] == event_types(out)
+    # history's events, then the STARTED the task carries (not in history) under the id reserved for it
+    assert [e["event_type"] for e in task["events"]] == [*event_types(out), ev.WORKFLOW_TASK_STARTED]
+    assert [e["event_id"] for e in task["events"]] == [1, 2, 3]
+    assert (task["scheduled_event_id"], task["started_event_id"], task["previous_started_event_id"]) == (2, 3, 0)
+    assert task["events"][-1]["event_time_ms"] == NOW
 
     assert family(shard.store, Family.STATE) == {}  # nothing reaches the store before the commit
     history_values = {o.key: o.value for o in out if o.topic == f"{PREFIX}.history"}
@@ -122,7 +127,10 @@ def test_completing_the_task_closes_the_run(shard: Shard) -> None:
     task = started(shard)
     shard.process(complete_command(task, COMPLETE), 1, NOW + 500)
     out = commit(shard)
-    assert event_types(out) == [ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_EXECUTION_COMPLETED]
+    assert event_types(out) == [ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_EXECUTION_COMPLETED]
+    assert [v["event_id"] for _, _, v in decoded(out, Topic.HISTORY) if v] == [3, 4, 5]
+    # no start reported: the STARTED has the time the task showed, its dispatch
+    assert [v["event_time_ms"] for _, _, v in decoded(out, Topic.HISTORY) if v] == [NOW, NOW + 500, NOW + 500]
     assert replies(out) == [("Accepted", {"run_id": task["run_id"], "cancel_requested": False})]
     [(_, _, visibility)] = decoded(out, Topic.VISIBILITY)
     assert visibility is not None and (visibility["status"], visibility["close_time_ms"]) == ("COMPLETED", NOW + 500)
@@ -174,7 +182,8 @@ def test_a_stale_task_token_is_rejected(shard: Shard) -> None:
     shard.process(complete_command(task, COMPLETE), 2, NOW)
     shard.process(complete_command(task, COMPLETE), 3, NOW)  # a duplicate of an answer already taken
     assert [r.code for r in shard.rejections] == ["STALE_TASK", "STALE_TASK"]
-    assert event_types(shard.outputs) == [ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_EXECUTION_COMPLETED]
+    assert event_types(shard.outputs) == [ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED,
+                                          ev.WORKFLOW_EXECUTION_COMPLETED]
 
 
 @pytest.mark.parametrize("reply_partition", [4, 99, -1])
@@ -184,7 +193,7 @@ def test_a_reply_to_a_partition_that_does_not_exist_is_dropped(shard: Shard, rep
     assert [(r.code, r.command) for r in shard.rejections] == [("INVALID_ARGUMENT", None)]
     assert str(reply_partition) in shard.rejections[0].message
     assert replies(shard.outputs) == []
-    assert len(event_types(shard.outputs)) == 3 and len(workflow_tasks(shard.outputs)) == 1  # the start itself stands
+    assert len(event_types(shard.outputs)) == 2 and len(workflow_tasks(shard.outputs)) == 1  # the start itself stands
 
 
 def test_an_abort_then_the_same_commands_give_byte_identical_outputs(shard: Shard) -> None:
@@ -239,7 +248,7 @@ def test_a_timer_is_indexed_fires_once_when_due_and_leaves_the_index(shard: Shar
     assert shard.due_timers(NOW + 5_000, 10) == [key]
 
     shard.fire(key, 2, NOW + 5_003)
-    assert event_types(shard.outputs) == [ev.TIMER_FIRED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    assert event_types(shard.outputs) == [ev.TIMER_FIRED, ev.WORKFLOW_TASK_SCHEDULED]
     assert decoded(shard.outputs, Topic.HISTORY)[0][2]["event_time_ms"] == NOW + 5_003  # type: ignore[index]
     assert len(workflow_tasks(shard.outputs)) == 1 and shard.timers_fired == [3] and shard.rejections == []
     assert shard.due_timers(NOW + 5_003, 10) == []  # fired: out of the index within the batch already
@@ -263,7 +272,7 @@ def test_a_stale_timer_key_does_nothing_but_leaves_the_index(shard: Shard) -> No
     assert shard.outputs == [] and shard.rejections == []
     commit(shard)
     assert kinds(family(shard.store, Family.TIMERS)) == [("WORKFLOW_TASK_TIMEOUT", NOW + 10_000)]
-    assert run_state(shard, WF, task["run_id"]).history_length == 3
+    assert run_state(shard, WF, task["run_id"]).history_length == 2
 
 
 def test_due_timers_read_through_the_batch_and_keep_the_limit(shard: Shard) -> None:
@@ -308,7 +317,7 @@ def test_a_core_exception_rejects_only_its_command(shard: Shard, monkeypatch: py
                if v and v["event_type"] == ev.WORKFLOW_EXECUTION_SIGNALED]
     assert [s for _, s in signals] == ["fine", "ok", "fine-too"]
     wf_ids = [v["event_id"] for _, k, v in decoded(out, Topic.HISTORY) if v and k.startswith(f"{NS}/{WF}/".encode())]
-    assert wf_ids == list(range(4, 4 + len(wf_ids)))  # no gap where the failed command's events would have been
+    assert wf_ids == list(range(3, 3 + len(wf_ids)))  # no gap where the failed command's events would have been
     assert run_state(shard, WF, task["run_id"]).signal_count == 2
 
 
@@ -326,7 +335,7 @@ def test_an_output_over_the_record_limit_is_too_large(shard: Shard, monkeypatch:
     assert "4000-byte" in shard.rejections[0].message
     assert [(n, b["code"]) for n, b in replies(shard.outputs) if n == "Rejected"] == [("Rejected", "TOO_LARGE")] * 2
     out = commit(shard)
-    assert [v["event_id"] for _, _, v in decoded(out, Topic.HISTORY) if v] == [4]  # "small" (a task is in flight)
+    assert [v["event_id"] for _, _, v in decoded(out, Topic.HISTORY) if v] == [3]  # "small" (a task is in flight)
     assert run_state(shard, WF, task["run_id"]).signal_count == 1
     assert shard.store.get(Family.STATE, workflow_key(NS, OTHER).encode()) is None
 

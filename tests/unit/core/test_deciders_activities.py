@@ -8,9 +8,18 @@ from collections.abc import Callable
 
 import pytest
 
-from ostinato.streams.actions import CancelTimer, Deadline, DispatchActivityTask, Reply, ScheduleTimer, UpsertVisibility
+from ostinato.streams.actions import (
+    CancelTimer,
+    Deadline,
+    DispatchActivityTask,
+    DispatchWorkflowTask,
+    Reply,
+    ScheduleTimer,
+    UpsertVisibility,
+)
 from ostinato.streams.deadlines import deadlines
 from ostinato.streams.model import encode_run
+from ostinato.streams.records import workflow_task as workflow_task_record
 from ostinato.streams.writer import Step
 from tests.unit.core.support import NS, WF, wf_command
 from tests.unit.core.task_support import (
@@ -123,8 +132,7 @@ def test_activity_heartbeat(started: bool, cancel: bool) -> None:
 def test_activity_completed(started: bool) -> None:
     flow, sid = with_activity(started=started)
     step = flow.activity("RespondActivityTaskCompleted", sid, result=[payload(b"ok")])
-    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_COMPLETED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
+    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_COMPLETED", "WORKFLOW_TASK_SCHEDULED"]
     s, done = attrs(step, "ACTIVITY_TASK_STARTED"), attrs(step, "ACTIVITY_TASK_COMPLETED")
     assert (s["scheduled_event_id"], s["attempt"], s["identity"], s["last_failure"]) == (
         sid, 1, "worker-1" if started else "", None)
@@ -140,8 +148,7 @@ def test_activity_canceled_after_a_cancel_request() -> None:
     requested = event(flow.complete_task(wf_command("RequestCancelActivityTaskCommand", {"scheduled_event_id": sid})),
                       "ACTIVITY_TASK_CANCEL_REQUESTED")
     step = flow.activity("RespondActivityTaskCanceled", sid, details=[payload(b'"bye"')])
-    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_CANCELED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
+    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_CANCELED", "WORKFLOW_TASK_SCHEDULED"]
     canceled = attrs(step, "ACTIVITY_TASK_CANCELED")
     assert (canceled["latest_cancel_requested_event_id"], canceled["details"]) == (
         requested["event_id"], [payload(b'"bye"')])
@@ -207,8 +214,7 @@ def test_activity_failure_that_is_not_retried(schedule: Record, fail: Record, af
     flow, sid = with_activity(started=True, **schedule)
     flow.now += after
     step = flow.activity("RespondActivityTaskFailed", sid, failure=failure(**fail))
-    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_FAILED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
+    assert types(step) == ["ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_FAILED", "WORKFLOW_TASK_SCHEDULED"]
     failed = attrs(step, "ACTIVITY_TASK_FAILED")
     assert (failed["retry_state"], failed["identity"], failed["failure"]["message"]) == (
         retry_state, "worker-1", "boom")
@@ -267,7 +273,7 @@ def test_activity_timeout(schedule: Record, started: bool, kind: str, retry_stat
         assert activity.last_failure is not None and activity.last_failure["timeout_type"] == timeout_type
         assert timers(step, ScheduleTimer) == [("ACTIVITY_RETRY", flow.now + 1_000, 2)]
         return
-    expected = ["ACTIVITY_TASK_TIMED_OUT", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"]
+    expected = ["ACTIVITY_TASK_TIMED_OUT", "WORKFLOW_TASK_SCHEDULED"]
     assert types(step) == (["ACTIVITY_TASK_STARTED", *expected] if started else expected)
     timed_out = attrs(step, "ACTIVITY_TASK_TIMED_OUT")
     assert (timed_out["retry_state"], timed_out["failure"]["kind"], timed_out["failure"]["timeout_type"]) == (
@@ -355,7 +361,7 @@ def test_user_timer_fires(timer_count: int) -> None:
     first = flow.run.timers["t0"]
     step = flow.fire(flow.deadline("USER_TIMER") if timer_count == 1 else
                      Deadline(first.fire_at_ms, "USER_TIMER", flow.run_id, timer_id="t0"))
-    assert types(step) == ["TIMER_FIRED", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"]
+    assert types(step) == ["TIMER_FIRED", "WORKFLOW_TASK_SCHEDULED"]
     assert attrs(step, "TIMER_FIRED") == {"timer_id": "t0", "started_event_id": first.started_event_id}
     assert sorted(flow.run.timers) == [f"t{i}" for i in range(1, timer_count)]
     assert_dispatched(step, flow, transient=False, attempt=1)
@@ -372,14 +378,26 @@ def test_user_timer_fires(timer_count: int) -> None:
 def test_history_warning_suggests_continue_as_new(warn: int, suggest: bool) -> None:
     flow = Flow(config=with_limits(history_warn_events=warn))
     step = flow.start()
-    started = attrs(step, "WORKFLOW_TASK_STARTED")
-    assert (started["history_length"], started["suggest_continue_as_new"]) == (3, suggest)
+    assert types(step) == ["WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED"]
+    # the task carries its STARTED (history gets it with the answer): SCHEDULED at 2, so 3 events with it
+    (dispatched,) = of(step, DispatchWorkflowTask)
+    task = workflow_task_record(flow.run, dispatched, [e for _, e in flow.history], flow.config)
+    assert task is not None
+    started = task["events"][-1]
+    assert (started["event_id"], started["event_type"]) == (3, "WORKFLOW_TASK_STARTED")
+    assert (started["attributes"][1]["history_length"], started["attributes"][1]["suggest_continue_as_new"]) == (
+        3, suggest)
+    assert (task["history_length"], task["suggest_continue_as_new"]) == (3, suggest)
+    # and the STARTED written with the answer says the same
+    done = flow.complete_task()
+    assert (attrs(done, "WORKFLOW_TASK_STARTED")["history_length"],
+            attrs(done, "WORKFLOW_TASK_STARTED")["suggest_continue_as_new"]) == (3, suggest)
 
 
 @pytest.mark.parametrize(("cap", "terminated_at"), [
-    pytest.param(3, 4, id="at start"),
+    pytest.param(2, 3, id="at start"),
     pytest.param(5, 6, id="after the first task"),
-    pytest.param(7, 9, id="after a timer fired"),
+    pytest.param(7, 8, id="after a timer fired"),
     pytest.param(50_000, None, id="default cap far away"),
 ])
 def test_history_hard_cap_terminates(cap: int, terminated_at: int | None) -> None:

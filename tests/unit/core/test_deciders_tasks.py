@@ -362,15 +362,23 @@ def test_workflow_command(case: CommandCase) -> None:
         case.setup(flow)
     task = flow.run.workflow_task
     assert task is not None
+    # scheduled, not started: the id of its STARTED is only reserved, and no start time is known
+    scheduled_id, reserved, dispatched_at, attempt = (
+        task.scheduled_event_id, task.started_event_id, task.scheduled_time_ms, task.attempt)
+    assert (reserved, task.started_time_ms) == (scheduled_id + 1, 0)
     run_id = flow.run_id
     step = flow.complete_task(*case.commands(flow))
     assert step.rejection is None
-    expected = ["WORKFLOW_TASK_COMPLETED", *case.events]
+    expected = ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", *case.events]
     assert (types(step)[:len(expected)] if case.more else types(step)) == expected
+    started = event(step, "WORKFLOW_TASK_STARTED")
+    # nothing arrived while the task was out, so STARTED takes the reserved id; no reported start: dispatch time
+    assert (started["event_id"], started["event_time_ms"]) == (reserved, dispatched_at)
+    assert started["attributes"][1]["scheduled_event_id"] == scheduled_id
     done = attrs(step, "WORKFLOW_TASK_COMPLETED")
-    assert (done["scheduled_event_id"], done["started_event_id"]) == (task.scheduled_event_id, task.started_event_id)
-    assert flow.run.last_workflow_task_started_event_id == task.started_event_id
-    assert ("WORKFLOW_TASK_TIMEOUT", task.started_time_ms + TASK_TIMEOUT, task.attempt) in timers(step, CancelTimer)
+    assert (done["scheduled_event_id"], done["started_event_id"]) == (scheduled_id, reserved)
+    assert flow.run.last_workflow_task_started_event_id == reserved
+    assert ("WORKFLOW_TASK_TIMEOUT", dispatched_at + TASK_TIMEOUT, attempt) in timers(step, CancelTimer)
     assert reply(step) == ("ostinato.reply.Accepted", {"run_id": run_id, "cancel_requested": False})
     case.check(flow, step)
 
@@ -379,7 +387,8 @@ def test_cancel_unstarted_activity_schedules_a_workflow_task_to_report_it() -> N
     flow = started_flow()
     _schedule_activity(flow)
     step = flow.complete_task(wf_command("RequestCancelActivityTaskCommand", {"scheduled_event_id": 5}))
-    assert types(step)[-2:] == ["WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"]
+    assert types(step) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", "ACTIVITY_TASK_CANCEL_REQUESTED",
+                           "ACTIVITY_TASK_CANCELED", "WORKFLOW_TASK_SCHEDULED"]
     assert_dispatched(step, flow, transient=False, attempt=1)
 
 
@@ -430,8 +439,9 @@ def test_continue_as_new(start: Record, command: Record, memo: Record, search_at
                                          {"input": [payload(b"7")], **command}))
     new = flow.run_id
     assert new != old and flow.workflow.workflow_id == WF
-    assert types(step, old) == ["WORKFLOW_TASK_COMPLETED", "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"]
-    assert types(step, new) == ["WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"]
+    assert types(step, old) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED",
+                                "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"]
+    assert types(step, new) == ["WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED"]
     assert attrs(step, "WORKFLOW_EXECUTION_CONTINUED_AS_NEW")["new_execution_run_id"] == new
     started = attrs(step, "WORKFLOW_EXECUTION_STARTED")
     assert (started["continued_execution_run_id"], started["first_execution_run_id"]) == (old, first)
@@ -533,13 +543,16 @@ def test_invalid_batch_fails_the_task_and_retries_it_transiently(
         setup(flow)
     task = flow.run.workflow_task
     assert task is not None
+    scheduled_id, reserved = task.scheduled_event_id, task.started_event_id
     pending = (dict(flow.run.activities), dict(flow.run.timers), dict(flow.run.children))
     step = flow.complete_task(*commands(flow))
-    assert step.rejection is None  # the answer is accepted; the task failed
-    assert types(step) == ["WORKFLOW_TASK_FAILED"]
+    assert step.rejection is None  # the answer is accepted; the task failed (after the worker started it)
+    assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
+        (reserved, "WORKFLOW_TASK_STARTED"), (reserved + 1, "WORKFLOW_TASK_FAILED")]
+    assert attrs(step, "WORKFLOW_TASK_STARTED")["scheduled_event_id"] == scheduled_id
     failed = attrs(step, "WORKFLOW_TASK_FAILED")
     assert (failed["scheduled_event_id"], failed["started_event_id"], failed["cause"]) == (
-        task.scheduled_event_id, task.started_event_id, "BAD_COMMAND")
+        scheduled_id, reserved, "BAD_COMMAND")
     assert message in failed["failure"]["message"]
     assert task_failed_reply(step) == "BAD_COMMAND"
     assert (flow.run.activities, flow.run.timers, flow.run.children) == pending
@@ -603,8 +616,14 @@ def test_closing_while_new_events_arrived_is_unhandled(arrive: Callable[[Flow], 
     assert flow.run.workflow_task is not None and flow.run.workflow_task.new_events_while_started
     run_id = flow.run_id
     step = flow.complete_task(closing)
-    assert types(step) == ["WORKFLOW_TASK_FAILED"]
-    assert attrs(step, "WORKFLOW_TASK_FAILED")["cause"] == "UNHANDLED_COMMAND"
+    assert types(step) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_FAILED"]
+    started = event(step, "WORKFLOW_TASK_STARTED")
+    # what arrived stands between the task's SCHEDULED and its STARTED, which names the SCHEDULED still
+    assert started["event_id"] > task.scheduled_event_id + 1
+    assert started["attributes"][1]["scheduled_event_id"] == task.scheduled_event_id
+    failed = attrs(step, "WORKFLOW_TASK_FAILED")
+    assert (failed["scheduled_event_id"], failed["started_event_id"], failed["cause"]) == (
+        task.scheduled_event_id, started["event_id"], "UNHANDLED_COMMAND")
     assert task_failed_reply(step) == "UNHANDLED_COMMAND"
     assert (flow.run_id, flow.run.status) == (run_id, "RUNNING")
     assert_dispatched(step, flow, transient=True, attempt=2)
@@ -615,10 +634,12 @@ def test_new_events_during_a_task_lead_to_another_task(arrive: Callable[[Flow], 
     flow = _flow_with_work_and_task()
     arrive(flow)
     step = flow.complete_task(timer_cmd("t2"))
-    assert types(step) == ["WORKFLOW_TASK_COMPLETED", "TIMER_STARTED", "WORKFLOW_TASK_SCHEDULED",
-                           "WORKFLOW_TASK_STARTED"]
+    assert types(step) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", "TIMER_STARTED",
+                           "WORKFLOW_TASK_SCHEDULED"]
+    started_id = event(step, "WORKFLOW_TASK_STARTED")["event_id"]
+    assert attrs(step, "WORKFLOW_TASK_COMPLETED")["started_event_id"] == started_id
     dispatched = assert_dispatched(step, flow, transient=False, attempt=1)
-    assert dispatched.previous_started_event_id == attrs(step, "WORKFLOW_TASK_COMPLETED")["started_event_id"]
+    assert dispatched.previous_started_event_id == started_id
 
 
 @pytest.mark.parametrize(("force", "new_task"), [
@@ -628,8 +649,8 @@ def test_new_events_during_a_task_lead_to_another_task(arrive: Callable[[Flow], 
 def test_force_create_new_task(force: bool, new_task: bool) -> None:
     flow = started_flow()
     step = flow.complete_task(timer_cmd(), force_create_new_task=force)
-    tail = ["WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED"] if new_task else []
-    assert types(step) == ["WORKFLOW_TASK_COMPLETED", "TIMER_STARTED", *tail]
+    tail = ["WORKFLOW_TASK_SCHEDULED"] if new_task else []
+    assert types(step) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", "TIMER_STARTED", *tail]
     if new_task:
         assert_dispatched(step, flow, transient=False, attempt=1)
     else:
@@ -639,7 +660,7 @@ def test_force_create_new_task(force: bool, new_task: bool) -> None:
 def test_force_create_new_task_after_closing_schedules_nothing() -> None:
     flow = started_flow()
     step = flow.complete_task(COMPLETE, force_create_new_task=True)
-    assert types(step) == ["WORKFLOW_TASK_COMPLETED", "WORKFLOW_EXECUTION_COMPLETED"]
+    assert types(step) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", "WORKFLOW_EXECUTION_COMPLETED"]
     assert of(step, DispatchWorkflowTask) == []
 
 
@@ -662,16 +683,24 @@ def test_first_task_failure_is_recorded_and_attempt_2_dispatched_at_once(
         how: Callable[[Flow], Step], event_type: str) -> None:
     flow = started_flow()
     step = how(flow)
-    assert types(step) == [event_type]
     a = attrs(step, event_type)
-    assert (a["scheduled_event_id"], a["started_event_id"]) == (2, 3)
     if event_type == "WORKFLOW_TASK_FAILED":
+        # the worker took the task: its STARTED is written with the answer, under the id the task showed
+        assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
+            (3, "WORKFLOW_TASK_STARTED"), (4, event_type)]
+        assert (a["scheduled_event_id"], a["started_event_id"]) == (2, 3)
         assert (a["cause"], a["failure"]["message"]) == ("WORKFLOW_WORKER_UNHANDLED_FAILURE", "workflow code raised")
+        reserved = 5
     else:
-        assert a["timeout_type"] == "START_TO_CLOSE"
+        # no answer, so no start is known: no STARTED, and the task timed out counted from its scheduling
+        assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [(3, event_type)]
+        assert (a["scheduled_event_id"], a["started_event_id"]) == (2, 0)
+        assert a["timeout_type"] == "SCHEDULE_TO_CLOSE"
+        reserved = 4
     dispatched = assert_dispatched(step, flow, transient=True, attempt=2)
-    assert (dispatched.scheduled_event_id, dispatched.started_event_id) == (5, 6)  # reserved at the end of history
-    assert flow.run.next_event_id == 5
+    # reserved at the end of history
+    assert (dispatched.scheduled_event_id, dispatched.started_event_id) == (reserved, reserved + 1)
+    assert flow.run.next_event_id == reserved
     assert timers(step, CancelTimer) == [("WORKFLOW_TASK_TIMEOUT", START + TASK_TIMEOUT, 1)]
     assert timers(step, ScheduleTimer) == [("WORKFLOW_TASK_TIMEOUT", flow.now + TASK_TIMEOUT, 2)]
     answered = [("ostinato.reply.Accepted", {"run_id": flow.run_id, "cancel_requested": False})]
@@ -733,15 +762,18 @@ def test_completing_a_transient_attempt_writes_its_events_under_the_reserved_ids
             flow.fire_kind("WORKFLOW_TASK_RETRY")
     task = flow.run.workflow_task
     assert task is not None and task.transient and task.attempt == attempts
+    # the first failure wrote STARTED (3) and FAILED (4); a timeout wrote TIMED_OUT (3) alone, nothing having started
+    first = 5 if event_type == "WORKFLOW_TASK_FAILED" else 4
+    assert (task.scheduled_event_id, task.started_event_id) == (first, first + 1)
     step = flow.complete_task(timer_cmd())
     assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
-        (5, "WORKFLOW_TASK_SCHEDULED"), (6, "WORKFLOW_TASK_STARTED"), (7, "WORKFLOW_TASK_COMPLETED"),
-        (8, "TIMER_STARTED")]
+        (first, "WORKFLOW_TASK_SCHEDULED"), (first + 1, "WORKFLOW_TASK_STARTED"),
+        (first + 2, "WORKFLOW_TASK_COMPLETED"), (first + 3, "TIMER_STARTED")]
     assert attrs(step, "WORKFLOW_TASK_SCHEDULED")["attempt"] == attempts
-    assert attrs(step, "WORKFLOW_TASK_STARTED")["scheduled_event_id"] == 5
+    assert attrs(step, "WORKFLOW_TASK_STARTED")["scheduled_event_id"] == first
     assert (attrs(step, "WORKFLOW_TASK_COMPLETED")["scheduled_event_id"],
-            attrs(step, "WORKFLOW_TASK_COMPLETED")["started_event_id"]) == (5, 6)
-    assert flow.run.workflow_task is None and flow.run.last_workflow_task_started_event_id == 6
+            attrs(step, "WORKFLOW_TASK_COMPLETED")["started_event_id"]) == (first, first + 1)
+    assert flow.run.workflow_task is None and flow.run.last_workflow_task_started_event_id == first + 1
 
 
 def test_materialised_transient_task_records_the_continue_as_new_suggestion() -> None:
@@ -762,7 +794,7 @@ def test_event_during_a_transient_attempt_replaces_it_with_a_real_task(waiting: 
     assert stale is not None and stale.transient and (stale.retry_at_ms is not None) is waiting
     step = flow.signal()
     assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
-        (5, "WORKFLOW_EXECUTION_SIGNALED"), (6, "WORKFLOW_TASK_SCHEDULED"), (7, "WORKFLOW_TASK_STARTED")]
+        (5, "WORKFLOW_EXECUTION_SIGNALED"), (6, "WORKFLOW_TASK_SCHEDULED")]
     assert_dispatched(step, flow, transient=False, attempt=stale.attempt)  # the count (and backoff) goes on
     assert attrs(step, "WORKFLOW_TASK_SCHEDULED")["attempt"] == stale.attempt
     canceled_kind = "WORKFLOW_TASK_RETRY" if waiting else "WORKFLOW_TASK_TIMEOUT"
@@ -776,6 +808,149 @@ def test_failed_task_with_new_events_is_retried_with_them() -> None:
     flow = started_flow()
     flow.signal()
     step = flow.fail_task()
-    assert types(step) == ["WORKFLOW_TASK_FAILED"]
+    # the signal (3) came while the task was out: the STARTED the answer writes follows it
+    assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
+        (4, "WORKFLOW_TASK_STARTED"), (5, "WORKFLOW_TASK_FAILED")]
+    assert (attrs(step, "WORKFLOW_TASK_FAILED")["scheduled_event_id"],
+            attrs(step, "WORKFLOW_TASK_FAILED")["started_event_id"]) == (2, 4)
     assert_dispatched(step, flow, transient=True, attempt=2)
 
+
+
+# -- the STARTED of a workflow task is written with its answer --------------------------------------------------------
+
+def test_scheduling_a_task_writes_no_started_and_only_reserves_its_id() -> None:
+    flow = started_flow()
+    assert flow.events() == ["WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED"]
+    task = flow.run.workflow_task
+    assert task is not None
+    assert (task.scheduled_event_id, task.started_event_id, task.started_time_ms, task.scheduled_time_ms) == (
+        2, 3, 0, START)
+    assert flow.run.next_event_id == 3
+    dispatched = assert_dispatched(flow.steps[-1], flow, transient=False, attempt=1)
+    assert (dispatched.scheduled_event_id, dispatched.started_event_id, dispatched.previous_started_event_id) == (
+        2, 3, 0)
+
+
+def test_a_reported_start_is_the_started_time_and_names_the_worker() -> None:
+    flow = started_flow()
+    flow.now = START + 2_000
+    step = flow.send("RespondWorkflowTaskCompleted", {
+        "scheduled_event_id": 2, "attempt": 1, "commands": [timer_cmd()], "started_time_ms": START + 300},
+        run_id=flow.run_id, identity="worker-7")
+    assert [(e["event_id"], e["event_type"], e["event_time_ms"]) for _, e in step.events] == [
+        (3, "WORKFLOW_TASK_STARTED", START + 300), (4, "WORKFLOW_TASK_COMPLETED", START + 2_000),
+        (5, "TIMER_STARTED", START + 2_000)]
+    started = attrs(step, "WORKFLOW_TASK_STARTED")
+    assert (started["scheduled_event_id"], started["identity"], started["history_length"]) == (2, "worker-7", 3)
+    done = attrs(step, "WORKFLOW_TASK_COMPLETED")
+    assert (done["scheduled_event_id"], done["started_event_id"], done["identity"]) == (2, 3, "worker-7")
+    assert flow.run.last_workflow_task_started_event_id == 3
+    assert flow.run.workflow_task is None
+    assert reply(step) == ("ostinato.reply.Accepted", {"run_id": flow.run_id, "cancel_requested": False})
+
+
+def test_a_reported_start_of_a_failed_task_is_its_started_time() -> None:
+    flow = started_flow()
+    flow.now = START + 2_000
+    step = flow.fail_task(started_time_ms=START + 700)
+    assert [(e["event_id"], e["event_type"], e["event_time_ms"]) for _, e in step.events] == [
+        (3, "WORKFLOW_TASK_STARTED", START + 700), (4, "WORKFLOW_TASK_FAILED", START + 2_000)]
+    assert attrs(step, "WORKFLOW_TASK_STARTED")["identity"] == "tester"
+    failed = attrs(step, "WORKFLOW_TASK_FAILED")
+    assert (failed["scheduled_event_id"], failed["started_event_id"]) == (2, 3)
+    assert_dispatched(step, flow, transient=True, attempt=2)
+
+
+def test_a_transient_attempt_records_the_reported_start_and_the_worker() -> None:
+    flow = started_flow()
+    flow.fail_task()  # 3 STARTED, 4 FAILED; attempt 2 reserved at 5/6, dispatched at START
+    flow.now = START + 4_000
+    step = flow.send("RespondWorkflowTaskCompleted", {
+        "scheduled_event_id": 5, "attempt": 2, "commands": [], "started_time_ms": START + 1_500},
+        run_id=flow.run_id, identity="worker-9")
+    assert [(e["event_id"], e["event_type"], e["event_time_ms"]) for _, e in step.events] == [
+        (5, "WORKFLOW_TASK_SCHEDULED", START), (6, "WORKFLOW_TASK_STARTED", START + 1_500),
+        (7, "WORKFLOW_TASK_COMPLETED", START + 4_000)]
+    assert attrs(step, "WORKFLOW_TASK_STARTED")["identity"] == "worker-9"
+    assert attrs(step, "WORKFLOW_TASK_COMPLETED")["started_event_id"] == 6
+
+
+def test_a_signal_while_the_task_is_out_stands_between_its_scheduled_and_its_started() -> None:
+    flow = started_flow()
+    arrived = flow.signal()
+    assert [(e["event_id"], e["event_type"]) for _, e in arrived.events] == [(3, "WORKFLOW_EXECUTION_SIGNALED")]
+    assert of(arrived, DispatchWorkflowTask) == []  # the task out is still the run's
+    task = flow.run.workflow_task
+    assert task is not None
+    assert (task.scheduled_event_id, task.started_event_id, task.started_time_ms) == (2, 3, 0)
+    assert task.new_events_while_started
+    step = flow.complete_task(timer_cmd())
+    assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
+        (4, "WORKFLOW_TASK_STARTED"), (5, "WORKFLOW_TASK_COMPLETED"), (6, "TIMER_STARTED"),
+        (7, "WORKFLOW_TASK_SCHEDULED")]
+    assert attrs(step, "WORKFLOW_TASK_STARTED")["scheduled_event_id"] == 2
+    done = attrs(step, "WORKFLOW_TASK_COMPLETED")
+    assert (done["scheduled_event_id"], done["started_event_id"]) == (2, 4)
+    assert flow.events() == ["WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_EXECUTION_SIGNALED",
+                             "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", "TIMER_STARTED",
+                             "WORKFLOW_TASK_SCHEDULED"]
+    # the workflow has yet to see the signal: a new task follows
+    dispatched = assert_dispatched(step, flow, transient=False, attempt=1)
+    assert (dispatched.scheduled_event_id, dispatched.started_event_id, dispatched.previous_started_event_id) == (
+        7, 8, 4)
+    nxt = flow.run.workflow_task
+    assert nxt is not None and (nxt.started_time_ms, nxt.new_events_while_started) == (0, False)
+
+
+@pytest.mark.parametrize(("reported", "recorded"), [
+    pytest.param(START - 1, START, id="before dispatch"),
+    pytest.param(START + 5_000 + 60_001, START + 5_000 + 60_000, id="more than 60 s ahead of the engine"),
+])
+def test_an_impossible_reported_start_fails_the_task(reported: int, recorded: int) -> None:
+    flow = started_flow()
+    flow.now = START + 5_000
+    step = flow.complete_task(timer_cmd(), started_time_ms=reported)
+    assert step.rejection is None
+    assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
+        (3, "WORKFLOW_TASK_STARTED"), (4, "WORKFLOW_TASK_FAILED")]
+    # history gets no start outside what the engine can vouch for
+    assert event(step, "WORKFLOW_TASK_STARTED")["event_time_ms"] == recorded
+    failed = attrs(step, "WORKFLOW_TASK_FAILED")
+    assert (failed["scheduled_event_id"], failed["started_event_id"], failed["cause"]) == (2, 3, "BAD_COMMAND")
+    assert "clock" in failed["failure"]["message"]
+    assert str(reported) in failed["failure"]["message"]
+    assert task_failed_reply(step) == "BAD_COMMAND"
+    assert flow.run.timers == {}  # the batch was not applied
+    assert_dispatched(step, flow, transient=True, attempt=2)
+
+
+@pytest.mark.parametrize("reported", [
+    pytest.param(START, id="at dispatch"),
+    pytest.param(START + 5_000 + 60_000, id="60 s ahead of the engine"),
+])
+def test_a_reported_start_at_the_limits_is_accepted(reported: int) -> None:
+    flow = started_flow()
+    flow.now = START + 5_000
+    step = flow.complete_task(timer_cmd(), started_time_ms=reported)
+    assert types(step) == ["WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED", "TIMER_STARTED"]
+    assert event(step, "WORKFLOW_TASK_STARTED")["event_time_ms"] == reported
+
+
+def test_a_timeout_of_a_task_never_reported_started_writes_no_started() -> None:
+    flow = started_flow()
+    flow.signal()  # 3, while the task is out
+    due = flow.deadline("WORKFLOW_TASK_TIMEOUT")
+    assert due.fire_at_ms == START + TASK_TIMEOUT  # counted from dispatch
+    step = flow.fire(due)
+    assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [(4, "WORKFLOW_TASK_TIMED_OUT")]
+    timed_out = attrs(step, "WORKFLOW_TASK_TIMED_OUT")
+    assert (timed_out["scheduled_event_id"], timed_out["started_event_id"], timed_out["timeout_type"]) == (
+        2, 0, "SCHEDULE_TO_CLOSE")
+    assert "WORKFLOW_TASK_STARTED" not in flow.events()
+    dispatched = assert_dispatched(step, flow, transient=True, attempt=2)
+    assert (dispatched.scheduled_event_id, dispatched.started_event_id) == (5, 6)
+    # the retry completes: its SCHEDULED and STARTED are written under the reserved ids
+    step = flow.complete_task()
+    assert [(e["event_id"], e["event_type"]) for _, e in step.events] == [
+        (5, "WORKFLOW_TASK_SCHEDULED"), (6, "WORKFLOW_TASK_STARTED"), (7, "WORKFLOW_TASK_COMPLETED")]

@@ -27,6 +27,7 @@ from ostinato.streams.config import Config, Limits
 from ostinato.streams.deciders import decide
 from ostinato.streams.deciders.common import new_run_id
 from ostinato.streams.model import Workflow, durable_bytes
+from ostinato.streams.records import workflow_task as workflow_task_record
 from ostinato.streams.writer import Step
 from tests.unit.core.support import NS, WF, Harness, command, wf_command
 
@@ -107,6 +108,14 @@ def only(items: list[Any]) -> Any:
     return items[0]
 
 
+def task_record(h: Harness, step: Step) -> Record:
+    """The WorkflowTask record of the one task `step` dispatched, as the processor builds it from history."""
+    history = [e for r, e in h.history if r == h.run_id]
+    record = workflow_task_record(h.run, only(of(step, DispatchWorkflowTask)), history, h.config)
+    assert record is not None
+    return record
+
+
 def timer_kinds(step: Step, cls: type) -> set[str]:
     return {a.deadline.kind for a in of(step, cls)}
 
@@ -182,12 +191,21 @@ def test_fresh_start_writes_the_first_events_and_dispatches_the_first_task() -> 
     h = shard()
     step = start(h, request_id="r1", input=[PAYLOAD], memo={"m": PAYLOAD}, search_attributes={"s": PAYLOAD})
     run_id = new_run_id(NS, WF, "r1", str(h.counter))
-    assert types(step) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    # only SCHEDULED: the task's STARTED is written with the worker's answer
+    assert types(step) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED]
     started = attrs(step, ev.WORKFLOW_EXECUTION_STARTED)
     assert (started["workflow_type"], started["task_queue"], started["input"]) == ("Order", "orders", [PAYLOAD])
     assert (started["request_id"], started["identity"], started["first_execution_run_id"]) == ("r1", "tester", run_id)
-    assert attrs(step, ev.WORKFLOW_TASK_STARTED)["history_length"] == 3
     assert only(of(step, DispatchWorkflowTask)) == DispatchWorkflowTask(NS, WF, run_id, "orders", 2, 3, 1, 0, False)
+    task = h.workflow.runs[run_id].workflow_task
+    assert task is not None and (task.scheduled_event_id, task.started_event_id, task.started_time_ms) == (2, 3, 0)
+    # the task carries a STARTED (not in history) under the reserved id, at the dispatch time
+    record = task_record(h, step)
+    assert [(e["event_id"], e["event_type"]) for e in record["events"]] == [
+        (1, ev.WORKFLOW_EXECUTION_STARTED), (2, ev.WORKFLOW_TASK_SCHEDULED), (3, ev.WORKFLOW_TASK_STARTED)]
+    assert record["events"][-1]["event_time_ms"] == h.now
+    assert ev.attributes(record["events"][-1])["history_length"] == record["history_length"] == 3
+    assert record["previous_started_event_id"] == 0
     assert of(step, UpsertVisibility) == [UpsertVisibility(NS, WF, run_id)]
     assert reply(step) == ("ostinato.reply.WorkflowStarted", {"run_id": run_id, "started": True})
     assert timer_kinds(step, ScheduleTimer) == {"WORKFLOW_TASK_TIMEOUT"}
@@ -268,8 +286,7 @@ def test_id_reuse_policy_after_close(reuse: str, closed: str, allowed: bool) -> 
     step = start(h, request_id="again", id_reuse_policy=reuse)
     if allowed:
         new = new_run_id(NS, WF, "again", str(h.counter))
-        assert types(step, new) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED,
-                                    ev.WORKFLOW_TASK_STARTED]
+        assert types(step, new) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED]
         assert types(step, old) == []  # a closed run is not terminated again
         assert h.run_id == new != old and h.run.first_execution_run_id == new
         assert h.workflow.runs[old].status == closed
@@ -408,7 +425,7 @@ def test_signal_with_start(setup: str, expected: str) -> None:
     if expected == "started":
         assert h.run_id == new_run_id(NS, WF, "sws", str(h.counter)) != before
         assert types(step) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_EXECUTION_SIGNALED,
-                               ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+                               ev.WORKFLOW_TASK_SCHEDULED]
         assert reply(step) == ("ostinato.reply.WorkflowStarted", {"run_id": h.run_id, "started": True})
         assert only(of(step, DispatchWorkflowTask)).scheduled_event_id == 3
     else:
@@ -487,15 +504,17 @@ def test_signal_wakes_the_workflow(task: str) -> None:
         idle(h)
     step = h.send("SignalWorkflowExecution", {"signal_name": "go"})
     if task == "idle":
-        assert types(step) == [ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+        assert types(step) == [ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_TASK_SCHEDULED]
         assert only(of(step, DispatchWorkflowTask)).previous_started_event_id == 3
         return
     assert types(step) == [ev.WORKFLOW_EXECUTION_SIGNALED] and of(step, DispatchWorkflowTask) == []
     assert h.run.workflow_task is not None and h.run.workflow_task.new_events_while_started
     done = h.complete_task()
-    assert types(done) == [ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    # the signal (3) came while the task was out: the task's STARTED, written with the answer, follows it
+    assert [(e["event_id"], e["event_type"]) for _, e in done.events] == [
+        (4, ev.WORKFLOW_TASK_STARTED), (5, ev.WORKFLOW_TASK_COMPLETED), (6, ev.WORKFLOW_TASK_SCHEDULED)]
     task_out = only(of(done, DispatchWorkflowTask))
-    assert (task_out.scheduled_event_id, task_out.previous_started_event_id) == (6, 3)
+    assert (task_out.scheduled_event_id, task_out.previous_started_event_id) == (6, 4)
     assert not h.run.workflow_task.new_events_while_started
 
 
@@ -563,7 +582,7 @@ def test_external_request_round_trip(kind: str, target: str, target_event: str |
     assert result["body"][1]["initiated_event_id"] == initiated_id
 
     heard = origin.deliver(result)
-    assert types(heard) == [origin_event, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    assert types(heard) == [origin_event, ev.WORKFLOW_TASK_SCHEDULED]
     if cause is not None:
         assert attrs(heard, origin_event)["cause"] == cause
     assert attrs(heard, origin_event)["workflow_execution"] == {"workflow_id": WF, "run_id": ""}
@@ -767,8 +786,7 @@ def test_child_start_failure_reaches_the_parent(cause: str) -> None:
     out = parent.send("StartChildWorkflowExecutionFailedNotification", {
         "initiated_event_id": initiated, "workflow_id": WF, "workflow_type": "Ship", "cause": cause},
         run_id=parent.run_id, reply_partition=None)
-    assert types(out) == [ev.START_CHILD_WORKFLOW_EXECUTION_FAILED, ev.WORKFLOW_TASK_SCHEDULED,
-                          ev.WORKFLOW_TASK_STARTED]
+    assert types(out) == [ev.START_CHILD_WORKFLOW_EXECUTION_FAILED, ev.WORKFLOW_TASK_SCHEDULED]
     failed = attrs(out, ev.START_CHILD_WORKFLOW_EXECUTION_FAILED)
     assert (failed["cause"], failed["namespace"], failed["workflow_id"], failed["initiated_event_id"]) == (
         cause, "other", WF, initiated)
@@ -941,8 +959,8 @@ def test_timeouts_close_the_run_timed_out(body: Record, kind: str) -> None:
 # == history hard cap =============================================================================================
 
 @pytest.mark.parametrize(("cap", "signals", "terminated_after"), [
-    pytest.param(3, 0, 0, id="reached-by-the-start"),
-    pytest.param(6, 3, 3, id="reached-by-signals"),
+    pytest.param(2, 0, 0, id="reached-by-the-start"),
+    pytest.param(5, 3, 3, id="reached-by-signals"),
     pytest.param(100, 3, None, id="below-the-cap"),
 ])
 def test_history_hard_cap_terminates(cap: int, signals: int, terminated_after: int | None) -> None:
@@ -962,10 +980,17 @@ def test_history_hard_cap_terminates(cap: int, signals: int, terminated_after: i
 def test_history_warning_is_on_the_workflow_task() -> None:
     h = Shard(config=Config(limits=Limits(history_warn_events=5)))
     first = start(h)
-    assert attrs(first, ev.WORKFLOW_TASK_STARTED)["suggest_continue_as_new"] is False
+    assert ev.WORKFLOW_TASK_STARTED not in types(first)  # the task carries it; history gets it with the answer
+    record = task_record(h, first)
+    assert ev.attributes(record["events"][-1])["suggest_continue_as_new"] is record["suggest_continue_as_new"] is False
     h.send("SignalWorkflowExecution", {"signal_name": "s"})
     step = h.complete_task()
-    assert attrs(step, ev.WORKFLOW_TASK_STARTED)["suggest_continue_as_new"] is True
+    # the STARTED written now is the one the task showed: history through its SCHEDULED (2), so 3 events
+    recorded = attrs(step, ev.WORKFLOW_TASK_STARTED)
+    assert (recorded["history_length"], recorded["suggest_continue_as_new"]) == (3, False)
+    record = task_record(h, step)  # the next task: SCHEDULED at 6, so 7 events with its STARTED
+    assert (record["history_length"], record["suggest_continue_as_new"]) == (7, True)
+    assert ev.attributes(record["events"][-1])["suggest_continue_as_new"] is True
 
 
 # == routing ======================================================================================================

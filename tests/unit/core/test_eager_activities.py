@@ -37,9 +37,12 @@ def test_eager_activities_come_back_in_the_reply_already_started() -> None:
     # No RecordActivityTaskStarted needed: the worker answers straight away, and the workflow carries on.
     assert body(engine.complete_activity(tasks[0], [payload("A")], identity="w1"))[0] == "Accepted"
     history = engine.history(NS, "eager-1")
-    assert types(history)[-4:] == [ev.ACTIVITY_TASK_STARTED, ev.ACTIVITY_TASK_COMPLETED,
-                                   ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
-    assert ev.attributes(history[-4])["identity"] == "w1"
+    # the next workflow task is scheduled only: its STARTED is written with its answer
+    assert types(history) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED,
+                              ev.WORKFLOW_TASK_COMPLETED, ev.ACTIVITY_TASK_SCHEDULED, ev.ACTIVITY_TASK_SCHEDULED,
+                              ev.ACTIVITY_TASK_STARTED, ev.ACTIVITY_TASK_COMPLETED, ev.WORKFLOW_TASK_SCHEDULED]
+    assert ev.attributes(history[2])["identity"] == "w1"  # the workflow task's STARTED names the worker that took it
+    assert ev.attributes(history[-3])["identity"] == "w1"
     assert_replays(engine)
 
 

@@ -94,9 +94,10 @@ def test_hello_workflow_runs_an_activity_and_completes(engine: InMemoryEngine) -
 
     task = workflow_task(engine)
     assert task["previous_started_event_id"] == 3
-    assert types(task["events"]) == [ev.WORKFLOW_TASK_COMPLETED, ev.ACTIVITY_TASK_SCHEDULED,
-                                     ev.ACTIVITY_TASK_STARTED, ev.ACTIVITY_TASK_COMPLETED,
-                                     ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    # From the previous task's SCHEDULED on: its STARTED is in history now, written with its answer.
+    assert types(task["events"]) == [ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED,
+                                     ev.ACTIVITY_TASK_SCHEDULED, ev.ACTIVITY_TASK_STARTED,
+                                     ev.ACTIVITY_TASK_COMPLETED, ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
     reply = engine.complete_workflow_task(task, [("CompleteWorkflowExecutionCommand", {"result": [payload("ok")]})])
 
     assert body(reply) == ("Accepted", {"run_id": run_id, "cancel_requested": False})
@@ -201,9 +202,10 @@ def test_a_signal_wakes_a_waiting_workflow(engine: InMemoryEngine) -> None:
     assert body(reply)[0] == "Accepted"
     task = workflow_task(engine)
     assert task["previous_started_event_id"] == 3
-    signaled = task["events"][1]
-    assert types(task["events"]) == [ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_EXECUTION_SIGNALED,
-                                     ev.WORKFLOW_TASK_SCHEDULED, ev.WORKFLOW_TASK_STARTED]
+    signaled = task["events"][2]
+    assert types(task["events"]) == [ev.WORKFLOW_TASK_STARTED, ev.WORKFLOW_TASK_COMPLETED,
+                                     ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_TASK_SCHEDULED,
+                                     ev.WORKFLOW_TASK_STARTED]
     assert ev.attributes(signaled)["signal_name"] == "shipped"
     assert ev.attributes(signaled)["input"] == [payload("TRACK-1")]
 
@@ -218,6 +220,37 @@ def test_a_signal_during_a_task_leads_to_another_task(engine: InMemoryEngine) ->
 
     follow_up = workflow_task(engine)
     assert ev.WORKFLOW_EXECUTION_SIGNALED in types(follow_up["events"])
+
+
+def test_a_task_start_is_written_with_the_answer_at_the_time_the_worker_took_it(engine: InMemoryEngine) -> None:
+    engine.start_workflow(NS, "honest", "Honest", Q)
+    task = workflow_task(engine)
+    dispatched = engine.clock.now_ms
+    assert types(engine.history(NS, "honest")) == [ev.WORKFLOW_EXECUTION_STARTED, ev.WORKFLOW_TASK_SCHEDULED]
+    pending = engine.describe(NS, "honest")["workflow_task"]
+    assert (pending["scheduled_event_id"], pending["started_time_ms"]) == (2, 0)  # nobody said it was taken
+    engine.advance(2_000)
+    engine.signal(NS, "honest", "poke")  # arrives while the task is out: after SCHEDULED, before STARTED
+    engine.advance(1_000)
+
+    engine.complete_workflow_task(task, started_time_ms=dispatched + 1_500)
+
+    history = engine.history(NS, "honest")
+    assert [(e["event_id"], e["event_type"]) for e in history] == [
+        (1, ev.WORKFLOW_EXECUTION_STARTED), (2, ev.WORKFLOW_TASK_SCHEDULED), (3, ev.WORKFLOW_EXECUTION_SIGNALED),
+        (4, ev.WORKFLOW_TASK_STARTED), (5, ev.WORKFLOW_TASK_COMPLETED), (6, ev.WORKFLOW_TASK_SCHEDULED)]
+    started = history[3]
+    assert started["event_time_ms"] == dispatched + 1_500
+    assert ev.attributes(started)["scheduled_event_id"] == 2 and ev.attributes(started)["history_length"] == 3
+    assert ev.attributes(started)["identity"] == "worker"
+    assert ev.attributes(history[4])["started_event_id"] == 4
+    follow_up = workflow_task(engine)  # the signal, which that task did not see, gets a task of its own
+    assert follow_up["previous_started_event_id"] == 3
+    assert types(follow_up["events"]) == [ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_TASK_STARTED,
+                                          ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_TASK_SCHEDULED,
+                                          ev.WORKFLOW_TASK_STARTED]
+    assert follow_up["events"][-1]["event_id"] == 7
+    assert_replays(engine)
 
 
 def test_a_child_on_another_shard_reports_its_completion_to_its_parent(engine: InMemoryEngine) -> None:
@@ -521,8 +554,10 @@ def test_a_completed_transient_task_is_written_as_the_worker_saw_it(engine: InMe
 
     written = engine.history(NS, "late")[4:6]
     seen = transient["events"][-2:]
+    # As the worker saw them, naming the worker that took the task.
     assert [(e["event_id"], e["event_time_ms"], ev.attributes(e)) for e in written] == [
-        (e["event_id"], e["event_time_ms"], ev.attributes(e)) for e in seen]
+        (e["event_id"], e["event_time_ms"], {**ev.attributes(e), **({"identity": "worker"} if i else {})})
+        for i, e in enumerate(seen)]
 
 
 def test_a_completion_turned_into_a_task_failure_is_answered(engine: InMemoryEngine) -> None:

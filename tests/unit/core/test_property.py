@@ -77,7 +77,10 @@ REFERENCES: dict[str, list[tuple[str, str, bool]]] = {
     ev.WORKFLOW_TASK_STARTED: [("scheduled_event_id", ev.WORKFLOW_TASK_SCHEDULED, False)],
     **{t: [("scheduled_event_id", ev.WORKFLOW_TASK_SCHEDULED, False),
            ("started_event_id", ev.WORKFLOW_TASK_STARTED, False)]
-       for t in (ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_TASK_FAILED, ev.WORKFLOW_TASK_TIMED_OUT)},
+       for t in (ev.WORKFLOW_TASK_COMPLETED, ev.WORKFLOW_TASK_FAILED)},
+    # A task whose start was never reported times out without one (SCHEDULE_TO_CLOSE).
+    ev.WORKFLOW_TASK_TIMED_OUT: [("scheduled_event_id", ev.WORKFLOW_TASK_SCHEDULED, False),
+                                 ("started_event_id", ev.WORKFLOW_TASK_STARTED, True)],
     ev.ACTIVITY_TASK_STARTED: [("scheduled_event_id", ev.ACTIVITY_TASK_SCHEDULED, False)],
     ev.ACTIVITY_TASK_CANCEL_REQUESTED: [("scheduled_event_id", ev.ACTIVITY_TASK_SCHEDULED, False)],
     **{t: [("scheduled_event_id", ev.ACTIVITY_TASK_SCHEDULED, False),
@@ -93,6 +96,12 @@ REFERENCES: dict[str, list[tuple[str, str, bool]]] = {
     **{t: [("initiated_event_id", ev.REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED, False)]
        for t in _CANCEL_RESULTS},
 }
+def reported_starts(now_ms: int) -> st.SearchStrategy[int | None]:
+    """When a worker says it took a task: none (an older worker), a plausible time, or a broken clock's (before
+    dispatch, or minutes ahead of the engine)."""
+    return st.one_of(st.none(), st.integers(now_ms - 30_000, now_ms), st.integers(now_ms, now_ms + 120_000))
+
+
 # What the workflow code must see: once one is written, a workflow task must follow (none may be lost).
 WAKING = frozenset({ev.WORKFLOW_EXECUTION_SIGNALED, ev.WORKFLOW_EXECUTION_CANCEL_REQUESTED, *_ACTIVITY_OUTCOMES,
                     ev.TIMER_FIRED, ev.CHILD_WORKFLOW_EXECUTION_STARTED, ev.START_CHILD_WORKFLOW_EXECUTION_FAILED,
@@ -126,8 +135,11 @@ def check_run_history(run_id: str, events: list[Record], workflow: Workflow) -> 
     if live is not None:
         assert live.next_event_id == len(events) + 1, f"{where}: next_event_id disagrees with history"
     if live is not None and live.open and live.workflow_task is None and not in_first_task_backoff(live):
-        seen = max((i for i, e in enumerate(events) if e["event_type"] == ev.WORKFLOW_TASK_STARTED), default=-1)
-        unseen = [e["event_type"] for e in events[seen + 1:] if e["event_type"] in WAKING]
+        # A task saw history through its SCHEDULED: what arrived while it was out (written before its STARTED, or
+        # after it in histories from before the start was written with the answer) must get a task of its own.
+        starts = [e for e in events if e["event_type"] == ev.WORKFLOW_TASK_STARTED]
+        seen = ev.attributes(starts[-1])["scheduled_event_id"] if starts else 0
+        unseen = [e["event_type"] for e in events if e["event_id"] > seen and e["event_type"] in WAKING]
         assert not unseen, f"{where}: {unseen} written after the last workflow task, and no task follows"
     by_id: dict[int, Record] = {}
     ended: set[tuple[str, int]] = set()
@@ -139,6 +151,9 @@ def check_run_history(run_id: str, events: list[Record], workflow: Workflow) -> 
                 continue
             assert ref in by_id and by_id[ref]["event_type"] == target, (
                 f"{where}: event {e['event_id']} {kind}.{name}={ref} names no earlier {target}")
+        if kind == ev.WORKFLOW_TASK_STARTED:  # taken when the worker says, but never before it was dispatched
+            assert e["event_time_ms"] >= by_id[attrs["scheduled_event_id"]]["event_time_ms"], (
+                f"{where}: event {e['event_id']} {kind} is earlier than its task was scheduled")
         completed_id = attrs.get("workflow_task_completed_event_id") or 0
         if completed_id:
             assert by_id.get(completed_id, {}).get("event_type") == ev.WORKFLOW_TASK_COMPLETED, (
@@ -570,13 +585,15 @@ class CoreMachine(RuleBasedStateMachine):
         run_id, scheduled, attempt = target
         if kind == "fail" or (kind == "stale" and data.draw(st.booleans())):
             body = {"scheduled_event_id": scheduled, "attempt": attempt, "failure": {"message": "bug"},
-                    "cause": data.draw(st.sampled_from(TASK_FAILED_CAUSES))}
+                    "cause": data.draw(st.sampled_from(TASK_FAILED_CAUSES)),
+                    "started_time_ms": data.draw(reported_starts(self.h.now), label="started_time_ms")}
             self.send("RespondWorkflowTaskFailed", body, run_id=run_id, identity="worker")
             return
         messy = kind == "complete_messy" or (kind == "stale" and data.draw(messiness))
         commands = data.draw(workflow_commands(self.h.workflow.runs.get(run_id), messy), label="commands")
         body = {"scheduled_event_id": scheduled, "attempt": attempt, "commands": commands,
-                "force_create_new_task": data.draw(st.sampled_from([False, False, False, True]))}
+                "force_create_new_task": data.draw(st.sampled_from([False, False, False, True])),
+                "started_time_ms": data.draw(reported_starts(self.h.now), label="started_time_ms")}
         self.send("RespondWorkflowTaskCompleted", body, run_id=run_id, identity="worker")
 
     # -- activity workers ----------------------------------------------------------------------------------------
