@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -112,6 +113,14 @@ def test_task_queue_backlog_drains_when_a_worker_comes(kafka: KafkaCluster, api:
     status, before = call(server, "GET", f"/api/v1/namespaces/default/task-queues/{queue}")
     assert status == 200 and before["workflow"]["backlog"] == 3 and before["workers"] == []
     assert before["workflow"]["oldest_age_ms"] is not None
+    # No worker: the tasks are out, and nothing claims they started (their start comes with the answer).
+    run = f"/api/v1/namespaces/default/workflows/{ids[0]}"
+    status, pending = call(server, "GET", f"{run}/pending")
+    assert status == 200 and pending["workflow_task"]["state"] == "SCHEDULED", pending
+    assert (pending["workflow_task"]["started_event_id"], pending["workflow_task"]["started_time_ms"]) == (0, 0)
+    status, page = call(server, "GET", f"{run}/history")
+    assert [e["event_type"] for e in page["events"]] == ["WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED"]
+    worker_came_ms = time.time_ns() // 1_000_000
 
     async def serve() -> None:
         async with await HttpService.connect(server.url) as service:
@@ -127,6 +136,15 @@ def test_task_queue_backlog_drains_when_a_worker_comes(kafka: KafkaCluster, api:
     asyncio.run(asyncio.wait_for(serve(), 90))
     status, after = call(server, "GET", f"/api/v1/namespaces/default/task-queues/{queue}")
     assert after["workflow"]["backlog"] == 0 and after["activity"]["backlog"] == 0
+    # History records the start when the worker took the task, naming it, just before its answer.
+    status, page = call(server, "GET", f"{run}/history")
+    scheduled, started, completed = page["events"][1:4]
+    assert [e["event_type"] for e in (scheduled, started, completed)] == [
+        "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED"]
+    assert scheduled["event_time_ms"] < worker_came_ms <= started["event_time_ms"] <= completed["event_time_ms"]
+    worker = completed["attributes"]["identity"]
+    assert worker and started["attributes"]["identity"] == worker
+    assert completed["attributes"]["started_event_id"] == started["event_id"]
     assert call(server, "GET", "/api/v1/namespaces/default/task-queues/bad%20queue")[0] == 400
 
 
