@@ -93,8 +93,10 @@ class Step:
 
     @property
     def taken(self) -> int | None:
-        """The batch's `now`: the history events' time, else a task start time the state recorded for this step."""
-        events = [o.time_ms for o in self.outputs if o.role == "history" and o.time_ms is not None]
+        """The batch's `now`: the history events' time, else a task start time the state recorded for this step.
+        Not a WORKFLOW_TASK_STARTED's: written with the answer, it carries the time the worker took the task."""
+        events = [o.time_ms for o in self.outputs if o.role == "history" and o.time_ms is not None
+                  and o.kind != "WORKFLOW_TASK_STARTED"]
         if events:
             return min(events)
         states = [o.time_ms for o in self.outputs if o.role == "state" and o.time_ms is not None
