@@ -31,6 +31,7 @@ from ostinato.sdk.data import DataConverter
 Record = dict[str, Any]
 Command = tuple[str, Record]
 PATCH_MARKER = "core_patch"
+NULL_ENCODING = b"binary/null"  # a memo value of None: upserting it removes the key (Temporal's rule)
 CLOSING = {command_type(name) for name in ("CompleteWorkflowExecutionCommand", "FailWorkflowExecutionCommand",
                                            "CancelWorkflowExecutionCommand", "ContinueAsNewWorkflowExecutionCommand")}
 
@@ -129,6 +130,7 @@ class WorkflowInstance:
         self.history_length = 0
         self.suggest_continue_as_new = False
         self.last_started_event_id = 0  # the last workflow task this instance answered (live or replayed)
+        self.memo: dict[str, Record] = {}  # the run's memo as payloads: from its start, changed by upsert_memo
         self.closed = False
         self._seq: dict[str, int] = {}
         self._new: list[_Pending] = []  # commands of the activation running now
@@ -320,6 +322,7 @@ class WorkflowInstance:
             datetime.fromtimestamp(event["event_time_ms"] / 1000, UTC),
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
             None if exec_timeout is None else timedelta(milliseconds=exec_timeout))
+        self.memo = dict(attrs["memo"])
         self.obj = self.defn.cls()
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
         self.main = self.loop.create_task(self.defn.run(self.obj, *args), name="workflow.run")
@@ -404,6 +407,16 @@ class WorkflowInstance:
         future: asyncio.Future[None] = self.loop.create_future()
         self._conditions.append((predicate, future))
         return future
+
+    def upsert_memo(self, changes: dict[str, Record]) -> None:
+        """Record a memo change (a `binary/null` payload removes the key, as the engine's applier does) and keep
+        `memo` current at once, live and on replay alike, since the workflow code makes the same call again."""
+        self.command("ModifyWorkflowPropertiesCommand", {"upserted_memo": changes})
+        for key, payload in changes.items():
+            if payload["metadata"].get("encoding") == NULL_ENCODING:
+                self.memo.pop(key, None)
+            else:
+                self.memo[key] = payload
 
     def patched(self, patch_id: str, deprecated: bool = False) -> bool:
         if patch_id in self._patches:

@@ -46,6 +46,8 @@ __all__ = [
     "in_workflow",
     "info",
     "logger",
+    "memo",
+    "memo_value",
     "now",
     "patched",
     "query",
@@ -319,9 +321,57 @@ def upsert_search_attributes(attributes: dict[str, Any]) -> None:
 
 
 def upsert_memo(memo: dict[str, Any]) -> None:
+    """Add, replace or (with a value of None) remove memo entries, at the first level only, as Temporal does.
+    `memo()` and `memo_value()` see the change at once."""
     instance = runtime.current()
-    instance.command("ModifyWorkflowPropertiesCommand", {
-        "upserted_memo": {k: instance.converter.encode([v])[0] for k, v in memo.items()}})
+    instance.upsert_memo({k: instance.converter.encode([v])[0] for k, v in memo.items()})
+
+
+def memo() -> dict[str, Any]:
+    """The run's memo: what it was started with, as `upsert_memo` changed it since, decoded without type hints (a
+    dataclass comes back as a dict; use `memo_value(key, type_hint=...)` for the type).
+
+    Raises:
+        RuntimeError: not in a workflow.
+    """
+    instance = runtime.current()
+    return {key: instance.converter.decode([payload])[0] for key, payload in instance.memo.items()}
+
+
+class _Unset:
+    pass
+
+
+_UNSET: Any = _Unset()
+
+
+@overload
+def memo_value(key: str, default: Any = _UNSET) -> Any: ...
+@overload
+def memo_value(key: str, *, type_hint: type[T]) -> T: ...
+@overload
+def memo_value(key: str, default: Any, *, type_hint: type[T]) -> Any: ...
+
+
+def memo_value(key: str, default: Any = _UNSET, *, type_hint: Any = None) -> Any:
+    """One value of the run's memo, decoded with `type_hint` when given.
+
+    Args:
+        key: the memo key.
+        default: what to return when the memo has no `key`.
+        type_hint: the type to decode the value as.
+
+    Raises:
+        KeyError: the memo has no `key` and no default was given.
+        RuntimeError: not in a workflow.
+    """
+    instance = runtime.current()
+    payload = instance.memo.get(key)
+    if payload is None:
+        if default is _UNSET:
+            raise KeyError(f"the memo has no value for key {key!r}")
+        return default
+    return instance.converter.decode([payload], [type_hint])[0]
 
 
 # -- activities -------------------------------------------------------------------------------------------------
