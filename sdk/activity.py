@@ -6,9 +6,10 @@ import asyncio
 import contextvars
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -23,9 +24,12 @@ __all__ = [
     "in_activity",
     "info",
     "is_cancelled",
+    "is_worker_shutdown",
     "logger",
     "wait_for_cancelled",
     "wait_for_cancelled_sync",
+    "wait_for_worker_shutdown",
+    "wait_for_worker_shutdown_sync",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -162,11 +166,14 @@ class ActivityContext:
         heartbeat: records details and sends them (throttled); may raise `CancelledError` in a sync activity
             whose cancellation was requested.
         is_cancelled: whether the activity was asked to stop.
+        worker_shutdown: set once the worker running the activity starts shutting down (before it stops its running
+            activities), so an activity can tell a shutdown from a cancellation request.
     """
 
     info: ActivityInfo
     heartbeat: Callable[[Sequence[Any]], None]
     is_cancelled: Callable[[], bool]
+    worker_shutdown: threading.Event = field(default_factory=threading.Event)
 
 
 _current: contextvars.ContextVar[ActivityContext] = contextvars.ContextVar("ostinato_activity")
@@ -257,6 +264,42 @@ def wait_for_cancelled_sync(timeout: timedelta | float | None = None) -> None:
         if left is not None and left <= 0:
             return
         time.sleep(CANCEL_POLL_S if left is None else min(CANCEL_POLL_S, left))
+
+
+def is_worker_shutdown() -> bool:
+    """Whether the worker running this activity is shutting down. A worker shutdown stops running activities as a
+    cancellation does (an `async` activity's task is cancelled, a plain function's next `heartbeat()` raises), so
+    this is how an activity tells the two apart; unlike a cancellation request, the attempt is then retried on
+    another worker.
+
+    Raises:
+        RuntimeError: not in an activity.
+    """
+    return _context().worker_shutdown.is_set()
+
+
+async def wait_for_worker_shutdown() -> None:
+    """Return once the worker running this activity starts shutting down (the flag is looked at every 50 ms). The
+    shutdown also cancels an `async` activity's task, so this await may end in `asyncio.CancelledError`, as in
+    Temporal once its graceful shutdown timeout has passed.
+
+    Raises:
+        RuntimeError: not in an activity.
+    """
+    shutdown = _context().worker_shutdown
+    while not shutdown.is_set():
+        await asyncio.sleep(CANCEL_POLL_S)
+
+
+def wait_for_worker_shutdown_sync(timeout: timedelta | float | None = None) -> None:
+    """Block a plain-function activity until the worker running it starts shutting down, or `timeout` passes (it
+    returns then too: check `is_worker_shutdown()`).
+
+    Raises:
+        RuntimeError: not in an activity.
+    """
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    _context().worker_shutdown.wait(seconds)
 
 
 class LoggerAdapter(logging.LoggerAdapter[logging.Logger]):

@@ -71,6 +71,7 @@ class ActivityExecutor:
         self._pool: ThreadPoolExecutor | None = None
         self._running: set[_Attempt] = set()
         self._closed = False
+        self._worker_shutdown = threading.Event()  # what `activity.is_worker_shutdown()` reads
 
     @property
     def activity_types(self) -> list[str]:
@@ -106,9 +107,15 @@ class ActivityExecutor:
             self._running.discard(attempt)
             attempt.finished.set()
 
+    def notify_shutdown(self) -> None:
+        """The worker is shutting down: `activity.is_worker_shutdown()` answers True from now on, in running
+        activities and any started later."""
+        self._worker_shutdown.set()
+
     def cancel_all(self) -> None:
         """Stop every running activity (worker shutdown): async ones are cancelled, plain functions see it at
         their next heartbeat. Each answers Failed (type WorkerShutdown, retryable) so another worker retries."""
+        self.notify_shutdown()
         for attempt in list(self._running):
             attempt.request_cancel(SHUTDOWN)
 
@@ -132,7 +139,8 @@ class ActivityExecutor:
                 f"cannot decode the input of activity {definition.name!r}: {err}", type="PayloadConversionError",
                 cause=err)))
         context = contextvars.copy_context()
-        context.run(set_context, ActivityContext(_info(task, details), attempt.heartbeat, attempt.cancelled.is_set))
+        context.run(set_context, ActivityContext(_info(task, details), attempt.heartbeat, attempt.cancelled.is_set,
+                                                   self._worker_shutdown))
         try:
             if definition.is_async:
                 attempt.runner = asyncio.get_running_loop().create_task(_call_async(definition.fn, args),

@@ -68,7 +68,11 @@ class Worker:
                 await self.activity_executor.shutdown()
 
     async def shutdown(self) -> None:
-        """Stop taking tasks, let running activities finish, and return when the worker has stopped."""
+        """Stop taking tasks, stop running activities (each answers a retryable WorkerShutdown failure, so another
+        worker retries it; `activity.is_worker_shutdown()` tells them why), and return when the worker has
+        stopped."""
+        if self.activity_executor is not None:
+            self.activity_executor.notify_shutdown()
         self._stopping.set()
         if self._task is not None:
             await self._task

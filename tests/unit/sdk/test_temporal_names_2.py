@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from ostinato import workflow
+from ostinato import activity, workflow
+from ostinato.exceptions import ActivityError
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
 
@@ -89,3 +90,97 @@ def test_memo_is_workflow_only() -> None:
         workflow.memo()
     with pytest.raises(RuntimeError, match="not in a workflow"):
         workflow.memo_value("owner", "x")
+
+
+# -- activity.is_worker_shutdown / wait_for_worker_shutdown ----------------------------------------------------------
+
+observed: list[tuple[str, bool, bool]] = []  # (activity, is_worker_shutdown, is_cancelled) as each one ended
+
+
+@activity.defn
+async def until_stopped() -> str:
+    try:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(0.01)
+    except asyncio.CancelledError:
+        observed.append(("async", activity.is_worker_shutdown(), activity.is_cancelled()))
+        raise
+
+
+@activity.defn
+def drains_on_shutdown() -> str:
+    assert not activity.is_worker_shutdown()
+    activity.wait_for_worker_shutdown_sync(timedelta(seconds=30))
+    observed.append(("sync", activity.is_worker_shutdown(), activity.is_cancelled()))
+    return "drained"
+
+
+@activity.defn
+async def waits_for_shutdown() -> str:
+    try:
+        await activity.wait_for_worker_shutdown()
+    finally:
+        observed.append(("waiting", activity.is_worker_shutdown(), activity.is_cancelled()))
+    return "saw the shutdown"
+
+
+@workflow.defn
+class Busy:
+    def __init__(self) -> None:
+        self.cancel = False
+
+    @workflow.signal
+    def stop(self) -> None:
+        self.cancel = True
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        handle = workflow.start_activity(name, start_to_close_timeout=timedelta(minutes=5),
+                                         heartbeat_timeout=timedelta(milliseconds=100))
+        await workflow.wait_condition(lambda: self.cancel or handle.done())
+        if self.cancel:
+            handle.cancel()
+        try:
+            return str(await handle)
+        except (ActivityError, asyncio.CancelledError):  # TRY_CANCEL raises CancelledError at once
+            return "cancelled"
+
+
+async def until(predicate: Any, steps: int = 500) -> None:
+    for _ in range(steps):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out waiting")
+
+
+@run_async
+async def test_an_activity_tells_a_worker_shutdown_from_a_cancellation_request() -> None:
+    observed.clear()
+    activities = [until_stopped, drains_on_shutdown, waits_for_shutdown]
+    async with await WorkflowEnvironment.start_time_skipping() as env:
+        worker = Worker(env.client, task_queue=Q, workflows=[Busy], activities=activities)
+        async with worker:
+            cancelled = await env.client.start_workflow(Busy.run, "until_stopped", id="asked", task_queue=Q)
+            await until(lambda: worker.activity_executor is not None and len(worker.activity_executor._running) == 1)
+            await cancelled.signal(Busy.stop)
+            assert await cancelled.result() == "cancelled"
+            await until(lambda: bool(observed))  # the request reaches the activity with a heartbeat's answer
+            assert observed == [("async", False, True)]
+            observed.clear()
+            for name in ("until_stopped", "drains_on_shutdown", "waits_for_shutdown"):
+                await env.client.start_workflow(Busy.run, name, id=name, task_queue=Q)
+            await until(lambda: worker.activity_executor is not None and len(worker.activity_executor._running) == 3)
+        # Leaving `async with` shut the worker down.
+    # Each saw the shutdown; a shutdown also stops them, as a cancellation does (is_cancelled() is True too).
+    assert sorted((name, shutdown) for name, shutdown, _ in observed) == [
+        ("async", True), ("sync", True), ("waiting", True)]
+    assert ("async", True, True) in observed
+
+
+def test_worker_shutdown_is_activity_only() -> None:
+    with pytest.raises(RuntimeError, match="not in an activity"):
+        activity.is_worker_shutdown()
+    with pytest.raises(RuntimeError, match="not in an activity"):
+        activity.wait_for_worker_shutdown_sync(0)
