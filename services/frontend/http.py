@@ -15,9 +15,16 @@ from ostinato.schemas.topics import MAX_RECORD_BYTES
 MAX_BODY_BYTES = MAX_RECORD_BYTES
 
 
+RETRY_AFTER_S = 1  # what every 503 tells clients: Kafka or a shard is away for a moment, asking again is cheap
+
+
 def error(status: int, code: str, message: str, **details: Any) -> web.Response:
-    """An error answer in the API's model: `{"code", "message", "details"}`."""
-    return web.json_response({"code": code, "message": message, "details": details}, status=status)
+    """An error answer in the API's model: `{"code", "message", "details"}`. Every 503 carries `Retry-After`, so
+    clients and proxies back off the same way whatever part of the server was unavailable."""
+    response = web.json_response({"code": code, "message": message, "details": details}, status=status)
+    if status == 503:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 def jsonable(value: Any) -> Any:

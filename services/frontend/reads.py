@@ -22,7 +22,7 @@ from aiohttp.typedefs import Handler
 
 from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
-from ostinato.services.frontend.http import error, jsonable
+from ostinato.services.frontend.http import RETRY_AFTER_S, error, jsonable
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.services.history.waiters import HistoryWaiters
 from ostinato.streams.model import decode_current, decode_run, to_record
@@ -33,7 +33,6 @@ HOP = "owner_hop"
 MAX_WAIT_S = 60.0  # history long-polls (`wait_ms`) hold a request at most this long
 AVRO = "avro"  # ?format=avro: the records as stored (single-object Avro), for SDKs; the default is JSON
 STATE_CONTENT_TYPE = "application/vnd.ostinato.state+avro"
-RETRY_AFTER_S = 1  # a 503's Retry-After: a moving shard has its new owner within seconds, a fresh ask is cheap
 
 
 class StoreSource(Protocol):
@@ -88,10 +87,8 @@ def owner_elsewhere(request: web.Request, shard: int) -> web.Response:
         raw = request.raw_path  # still percent-encoded: a '/' inside a workflow id must stay %2F
         target = f"{endpoint.rstrip('/')}{raw}{'&' if '?' in raw else '?'}{HOP}=1"
         raise web.HTTPTemporaryRedirect(target)
-    response = error(503, "shard_unavailable", f"shard {shard} of {ns}/{wf} has no reachable owner right now; "
-                     f"it may be moving between processors, retry in {RETRY_AFTER_S}s", shard=shard)
-    response.headers["Retry-After"] = str(RETRY_AFTER_S)
-    return response
+    return error(503, "shard_unavailable", f"shard {shard} of {ns}/{wf} has no reachable owner right now; "
+                 f"it may be moving between processors, retry in {RETRY_AFTER_S}s", shard=shard)
 
 
 def not_found(request: web.Request, message: str) -> web.Response:
@@ -100,10 +97,8 @@ def not_found(request: web.Request, message: str) -> web.Response:
     since the run may well exist."""
     source = request.app[READS].source
     if source is not None and not source.settled():
-        response = error(503, "shard_unsettled", f"{message} on this owner, whose latest transaction failed or is "
-                         f"still open: it may have lost the shard; retry in {RETRY_AFTER_S}s")
-        response.headers["Retry-After"] = str(RETRY_AFTER_S)
-        return response
+        return error(503, "shard_unsettled", f"{message} on this owner, whose latest transaction failed or is "
+                     f"still open: it may have lost the shard; retry in {RETRY_AFTER_S}s")
     return error(404, "not_found", message)
 
 

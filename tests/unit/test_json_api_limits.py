@@ -121,3 +121,28 @@ def test_other_routes_refuse_an_oversized_body_the_same_way() -> None:
     assert fits == (200, {"size": 2 * MIB})
     assert refused[0] == 413 and refused[1]["code"] == "too_large"
     assert refused[1]["details"] == {"limit_bytes": MAX_BODY_BYTES, "size_bytes": MAX_BODY_BYTES + 1}
+
+
+class AwayGateway(FakeGateway):
+    """Kafka unreachable: the command could not be handed over."""
+
+    async def send(self, command: dict[str, Any], timeout_s: float) -> bytes:
+        from ostinato.services.frontend.gateway import GatewayError
+
+        raise GatewayError("the commands topic cannot be written right now")
+
+
+def test_a_start_the_gateway_cannot_hand_over_is_a_503_saying_when_to_retry() -> None:
+    settings = ClusterSettings("p", 1, 1, 1, 0, "test")
+    app = create_app(ServerContext("127.0.0.1:1", settings))
+    app[api.GATEWAY] = AwayGateway()  # type: ignore[assignment]
+    app.router.add_post("/api/v1/namespaces/{namespace}/workflows", api.start)
+
+    async def main() -> tuple[int, str | None, dict[str, Any]]:
+        async with TestClient(TestServer(app)) as client:
+            response = await client.post(START, data=_start(), headers={"Content-Type": "application/json"})
+            return response.status, response.headers.get("Retry-After"), await response.json()
+
+    status, retry_after, answer = asyncio.run(main())
+    assert (status, retry_after, answer["code"]) == (503, "1", "unavailable")
+    assert "cannot be written" in answer["message"]
