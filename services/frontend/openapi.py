@@ -47,6 +47,19 @@ _START = _obj({
 }, ["workflow_id", "workflow_type", "task_queue"])
 
 
+# What a worker in any language reads first (schemas/README.md): where the topics are and how to reach them.
+_CLUSTER = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
+    "kafka_bootstrap": {"type": "string", "description": "bootstrap servers, host:port,..."},
+    "kafka_security": {"type": "object", "additionalProperties": {"type": "string"},
+                       "description": "the server's librdkafka security.protocol and sasl.mechanism (when set): "
+                                      "never a credential; each worker brings its own"},
+    "topic_prefix": {"type": "string"}, "shards": {"type": "integer", "minimum": 1},
+    "replication_factor": {"type": "integer", "minimum": 1}, "reply_partitions": {"type": "integer", "minimum": 1},
+    "server_version": {"type": "string"},
+}, ["kafka_bootstrap", "kafka_security", "topic_prefix", "shards", "replication_factor", "reply_partitions",
+    "server_version"])}}}}
+
+
 def spec() -> dict[str, Any]:
     base = "/api/v1/namespaces/{namespace}/workflows"
     one = base + "/{workflow_id}"
@@ -59,11 +72,11 @@ def spec() -> dict[str, Any]:
             op["requestBody"] = _json_body(body, required=False) if not body.get("required") else _json_body(body)
         return {"post": op}
 
-    def get(summary: str, params: list[Any], *codes: int) -> dict[str, Any]:
-        return {"get": {"summary": summary, "parameters": params, "responses": {**_OK, **_errors(*codes)}}}
+    def get(summary: str, params: list[Any], *codes: int, ok: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"get": {"summary": summary, "parameters": params, "responses": {**(ok or _OK), **_errors(*codes)}}}
 
     paths = {
-        "/api/v1/cluster": get("Kafka bootstrap, topic prefix and shard count, for workers", []),
+        "/api/v1/cluster": get("Kafka bootstrap, topic prefix and shard count, for workers", [], ok=_CLUSTER),
         "/api/v1/cluster/owners": get("Which process owns which shard", []),
         "/api/v1/openapi.json": get("This document", []),
         "/api/v1/commands": {"post": {

@@ -39,3 +39,22 @@ def test_every_operation_documents_its_errors_with_the_error_model() -> None:
                 if status.startswith(("4", "5")):
                     schema = response["content"]["application/json"]["schema"]
                     assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+
+
+def test_the_cluster_answer_is_what_the_document_says_a_worker_gets() -> None:
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    async def main() -> dict[str, object]:
+        async with TestClient(TestServer(create_app(ServerContext("127.0.0.1:1", SETTINGS)))) as client:
+            response = await client.get("/api/v1/cluster")
+            assert response.status == 200
+            body: dict[str, object] = await response.json()
+            return body
+
+    answer = asyncio.run(main())
+    schema = spec()["paths"]["/api/v1/cluster"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert set(answer) == set(schema["properties"]) == set(schema["required"])
+    assert isinstance(answer["kafka_security"], dict)
+    assert (answer["shards"], answer["topic_prefix"]) == (SETTINGS.shards, "p")
