@@ -12,7 +12,7 @@ from typing import Any
 from ostinato.schemas.wire import command_type
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import WorkflowDefinition, definition_of
-from ostinato.sdk._instance import WorkflowInstance
+from ostinato.sdk._instance import TaskOutcome, WorkflowInstance
 from ostinato.sdk.data import DataConverter
 
 Record = dict[str, Any]
@@ -34,6 +34,7 @@ class WorkflowTaskHandler:
         self.max_cached = max_cached
         self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self.replays = 0  # full-history replays (cache misses), for tests and metrics
+        self.failures = FailingRuns()
 
     def handle(self, task: Record, full_history: Callable[[], list[Record]], taken_ms: int | None = None) -> Command:
         """The command answering a WorkflowTask: RespondWorkflowTaskCompleted, or Failed (history untouched).
@@ -45,22 +46,21 @@ class WorkflowTaskHandler:
         definition = self.definitions.get(task["workflow_type"])
         if definition is None:
             known = ", ".join(sorted(self.definitions)) or "none"
-            return self._failed(task, exc.ApplicationError(
+            unknown = exc.ApplicationError(
                 f"workflow type {task['workflow_type']!r} is not registered on this worker (registered: {known})",
-                type="WorkflowNotRegistered"), "UNKNOWN_WORKFLOW_TYPE")
+                type="WorkflowNotRegistered")
+            self.failures.failed(task, unknown, "UNKNOWN_WORKFLOW_TYPE")
+            return self._failed(task, unknown, "UNKNOWN_WORKFLOW_TYPE")
         instance, events = self._instance(task, definition, full_history)
         try:
             outcome = instance.process(events, task["started_event_id"])
-        except Exception as error:
-            log.exception("workflow task of %s/%s failed", task["workflow_id"], task["run_id"])
-            outcome_failure: BaseException = error
-            self.cache.pop(task["run_id"], None)
-            return self._failed(task, outcome_failure, "WORKFLOW_WORKER_UNHANDLED_FAILURE")
+        except Exception as error:  # noqa: BLE001 - the worker's own bug fails the task like the workflow's would
+            outcome = TaskOutcome(failure=error, cause="WORKFLOW_WORKER_UNHANDLED_FAILURE")
         if outcome.failure is not None:
             self.cache.pop(task["run_id"], None)
-            if outcome.cause == "NONDETERMINISM":
-                log.error("workflow %s/%s: %s", task["workflow_id"], task["run_id"], outcome.failure)
+            self.failures.failed(task, outcome.failure, outcome.cause)
             return self._failed(task, outcome.failure, outcome.cause)
+        self.failures.completed(task)
         if instance.closed:
             self.cache.pop(task["run_id"], None)
         else:
@@ -116,6 +116,41 @@ class WorkflowTaskHandler:
         return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
             "failure": self.converter.encode_failure(error), "build_id": "", "started_time_ms": started_time_ms(task)})
+
+
+class FailingRuns:
+    """Logs failed workflow tasks once per failure series, as Temporal logs a failed activation: the engine retries
+    such a task (with backoff from its third attempt) until deployed code gets past it, and a line per attempt would
+    drown the log. A series is logged again when its run recovers (at INFO) and when a new one starts; the runs
+    remembered are bounded (the oldest are forgotten: a series of one of them is then logged once more)."""
+
+    def __init__(self, max_remembered: int = 10_000) -> None:
+        self.max_remembered = max_remembered
+        self.attempts: OrderedDict[str, int] = OrderedDict()  # run id -> the last failed task attempt seen
+
+    def failed(self, task: Record, failure: BaseException, cause: str) -> None:
+        run_id, attempt = task["run_id"], int(task["attempt"])
+        last = self.attempts.pop(run_id, None)
+        self.attempts[run_id] = attempt
+        while len(self.attempts) > self.max_remembered:
+            self.attempts.popitem(last=False)
+        if last is not None and attempt > last:
+            return  # a retry of a series already logged
+        level = logging.ERROR if cause == "NONDETERMINISM" else logging.WARNING
+        log.log(level, "Failed activation on workflow %s with ID %s and run ID %s (task attempt %d, %s): the task "
+                "fails and is retried until deployed code gets past it; its retries are not logged",
+                task["workflow_type"], task["workflow_id"], run_id, attempt, cause,
+                exc_info=(type(failure), failure, failure.__traceback__),
+                extra={"temporal_workflow": {"workflow_type": task["workflow_type"],
+                                             "workflow_id": task["workflow_id"], "run_id": run_id,
+                                             "namespace": task["namespace"], "task_queue": task["task_queue"],
+                                             "attempt": attempt}})
+
+    def completed(self, task: Record) -> None:
+        last = self.attempts.pop(task["run_id"], None)
+        if last is not None:
+            log.info("workflow %s with ID %s and run ID %s recovered: task attempt %d completed after failed "
+                     "attempts", task["workflow_type"], task["workflow_id"], task["run_id"], task["attempt"])
 
 
 def _live_started(task: Record) -> Record | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from ostinato import activity, workflow
 from ostinato.exceptions import ActivityError
+from ostinato.sdk._workflow_worker import FailingRuns
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
 
@@ -184,3 +186,72 @@ def test_worker_shutdown_is_activity_only() -> None:
         activity.is_worker_shutdown()
     with pytest.raises(RuntimeError, match="not in an activity"):
         activity.wait_for_worker_shutdown_sync(0)
+
+
+# -- the worker logs a failing workflow task once per failure series ------------------------------------------------
+
+class Flaky:
+    broken = True
+    runs = 0
+
+
+@workflow.defn
+class Buggy:
+    @workflow.run
+    async def run(self) -> str:
+        Flaky.runs += 1
+        if Flaky.broken:
+            return str({}["missing"])  # a bug: the task fails and is retried, the workflow does not fail
+        return "fixed"
+
+
+@run_async
+async def test_a_failing_workflow_task_is_logged_once_per_series_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="ostinato.worker")
+    Flaky.broken, Flaky.runs = True, 0
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Buggy]):
+        handle = await env.client.start_workflow(Buggy.run, id="buggy", task_queue=Q)
+        for _ in range(50):
+            await env.sleep(timedelta(seconds=10))  # the engine retries the task, with backoff from attempt 3
+            if Flaky.runs >= 4:
+                break
+        assert Flaky.runs >= 4
+        failing = (await handle.describe()).raw["workflow_task"]
+        assert failing is not None and failing["attempt"] > 1  # describe shows the task is being retried
+        Flaky.broken = False  # a fixed deployment
+        assert await handle.result() == "fixed"
+    failed = [r for r in caplog.records if r.name == "ostinato.worker" and r.levelno >= logging.WARNING]
+    assert len(failed) == 1, [r.getMessage() for r in failed]
+    [record] = failed
+    message = record.getMessage()
+    assert record.levelno == logging.WARNING and message.startswith("Failed activation on workflow Buggy")
+    assert "buggy" in message and handle.run_id in message and "attempt 1" in message
+    assert "WORKFLOW_WORKER_UNHANDLED_FAILURE" in message
+    assert record.exc_info is not None and isinstance(record.exc_info[1], KeyError)
+    assert "missing" in caplog.text and "in run" in caplog.text  # the traceback reaches the workflow's own frame
+    assert record.temporal_workflow["run_id"] == handle.run_id  # type: ignore[attr-defined]
+    recovered = [r for r in caplog.records if r.name == "ostinato.worker" and "recovered" in r.getMessage()]
+    assert len(recovered) == 1 and recovered[0].levelno == logging.INFO
+
+
+def test_each_failure_series_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="ostinato.worker")
+    runs = FailingRuns(max_remembered=2)
+    task = {"namespace": "default", "workflow_id": "w", "run_id": "r", "workflow_type": "T", "task_queue": Q}
+    bug = ValueError("bug")
+    for attempt in (1, 2, 3, 4):
+        runs.failed({**task, "attempt": attempt}, bug, "WORKFLOW_WORKER_UNHANDLED_FAILURE")
+    runs.completed({**task, "attempt": 5})
+    runs.completed({**task, "attempt": 1})  # a run that never failed recovers from nothing
+    runs.failed({**task, "attempt": 1}, bug, "NONDETERMINISM")  # a new series
+    runs.failed({**task, "attempt": 2}, bug, "NONDETERMINISM")
+    runs.failed({**task, "run_id": "r2", "attempt": 3}, bug, "WORKFLOW_WORKER_UNHANDLED_FAILURE")  # first seen here
+    assert [(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records] == [
+        ("WARNING", "Failed activation on workflow T with ID w and run ID r (task attempt 1, "
+                    "WORKFLOW_WORKER_UNHANDLED_FAILURE)"),
+        ("INFO", "workflow T with ID w and run ID r recovered"),
+        ("ERROR", "Failed activation on workflow T with ID w and run ID r (task attempt 1, NONDETERMINISM)"),
+        ("WARNING", "Failed activation on workflow T with ID w and run ID r2 (task attempt 3, "
+                    "WORKFLOW_WORKER_UNHANDLED_FAILURE)")]
