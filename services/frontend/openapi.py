@@ -126,7 +126,11 @@ def spec() -> dict[str, Any]:
             {"name": "next_page_token", "in": "query", "schema": {"type": "string"}},
             {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 60000},
              "description": "Long-poll: when the page would be empty and the run is open, wait this long for "
-                            "new events"}], 400, 404, 503),
+                            "new events"},
+            {"name": "filter", "in": "query", "schema": {"type": "string", "enum": ["all", "close"]},
+             "description": "close: only the run's closing event (none while it is open), and wait_ms waits for "
+                            "the close rather than for any new event (Temporal's CLOSE_EVENT filter)"}],
+            400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         one + "/archived-history": get("A run's whole history from its S3 archive (the latest closed run unless "
                                        "run_id is given); 404 when not archived or archival is not configured",

@@ -163,19 +163,26 @@ async def history(request: web.Request) -> web.Response:
     if not 1 <= size <= MAX_PAGE_SIZE or first < 1 or not 0 <= wait_s <= MAX_WAIT_S:
         return error(400, "invalid_argument", f"page_size must be in [1, {MAX_PAGE_SIZE}], the token positive and "
                      f"wait_ms in [0, {int(MAX_WAIT_S * 1000)}]")
+    event_filter = request.query.get("filter", "all")
+    if event_filter not in ("all", "close"):
+        return error(400, "invalid_argument", f"filter must be all or close, not {event_filter!r}")
     found = _run_state(request)
     if isinstance(found, web.Response):
         return found
     store, run_id, state = found
     waiters = request.app[READS].waiters
     if wait_s and waiters is not None:
-        waited = await _wait_for_event(request, waiters, store, ns, wf, run_id, state, first, wait_s)
+        waited = await _wait_for_event(request, waiters, store, ns, wf, run_id, state, first, wait_s,
+                                       until_closed=event_filter == "close")
         if isinstance(waited, web.Response):
             return waited
-        store = waited
+        store, state = waited
+    raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
+    if event_filter == "close":
+        return web.json_response({"run_id": run_id, "events": _close_event(store, ns, wf, run_id, state, raw),
+                                  "next_page_token": ""})
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
-    raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
     events: list[Any] = []
     token = ""
     for _, value in store.scan(Family.HISTORY, start=start, prefix=prefix):
@@ -209,26 +216,38 @@ async def wait_for_commit(request: web.Request, waiters: HistoryWaiters, key: by
         future = waiters.watch(key)  # no await since `wait` let go of it: no notification in between
 
 
+def _close_event(store: ShardStore, ns: str, wf: str, run_id: str, state: bytes, raw: bool) -> list[Any]:
+    """`filter=close` (Temporal's CLOSE_EVENT filter): the run's closing event, its last, or nothing while open."""
+    run = decode_run(state)
+    data = None if run.open else store.get(Family.HISTORY, history_key(ns, wf, run_id, run.history_length).encode())
+    if data is None:
+        return []
+    return [base64.b64encode(data).decode() if raw else jsonable(codec.decode(data)[1])]
+
+
 async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: ShardStore, ns: str, wf: str,
-                          run_id: str, state: bytes, first: int, wait_s: float) -> ShardStore | web.Response:
-    """Long-poll: hold the request until event `first` exists, the run closes, or `wait_s` passes; then the store
-    to read the page from. Only this process's commits wake it, which is right: the request was routed to the
-    shard's owner. A shard that moved meanwhile answers what `_run_state` answers now (a redirect, a 503)."""
+                          run_id: str, state: bytes, first: int, wait_s: float, until_closed: bool = False,
+                          ) -> tuple[ShardStore, bytes] | web.Response:
+    """Long-poll: hold the request until event `first` exists (unless `until_closed`), the run closes, or `wait_s`
+    passes; then the store to read the page from and the run's state. Only this process's commits wake it, which
+    is right: the request was routed to the shard's owner. A shard that moved meanwhile answers what `_run_state`
+    answers now (a redirect, a 503). Waiting for the close alone spares a client a request and a page per step
+    of the run (a result waits for a whole run)."""
     key = run_key(ns, wf, run_id).encode()
     wanted = history_key(ns, wf, run_id, first).encode()
     deadline = time.monotonic() + wait_s
     while True:
         future = waiters.watch(key)  # before the check, so a commit in between still wakes us
         try:
-            arrived = store.get(Family.HISTORY, wanted) is not None
+            arrived = not until_closed and store.get(Family.HISTORY, wanted) is not None
         except StoreClosed:
             waiters.unwatch(key, future)
             raise
         if arrived or not decode_run(state).open:
             waiters.unwatch(key, future)
-            return store
+            return store, state
         if not await wait_for_commit(request, waiters, key, future, store, deadline):
-            return store
+            return store, state
         found = _run_state(request)  # the shard may have moved: never read on from the old store
         if isinstance(found, web.Response):
             return found

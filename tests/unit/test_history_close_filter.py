@@ -1,0 +1,87 @@
+"""`GET .../history?filter=close` (Temporal's CLOSE_EVENT filter), without Kafka: the read API over a shard's store,
+the "processor" committing and notifying as it does after each transaction. The long-poll ignores commits that do
+not close the run, and answers the closing event alone once one does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from ostinato.schemas.keys import run_key
+from ostinato.services.frontend.reads import ReadContext, add_routes
+from ostinato.services.history.shard import Shard
+from ostinato.services.history.store import Family, MemoryStore, ShardStore
+from ostinato.services.history.waiters import HistoryWaiters
+from ostinato.streams.engine import DEFAULT_CONFIG
+from ostinato.streams.model import decode_current
+from tests.unit.shard_support import NOW, command, commit, signal_command, start_command, topology
+
+NS, WF = "default", "closes"
+ME = "me"
+HISTORY = f"/api/v1/namespaces/{NS}/workflows/{WF}/history"
+
+
+class Source:
+    def __init__(self, store: ShardStore) -> None:
+        self.store = store
+
+    def store_of(self, shard: int) -> ShardStore | None:
+        return self.store
+
+    def settled(self) -> bool:
+        return True
+
+
+class Owners:
+    def owner(self, shard: int) -> dict[str, object] | None:
+        return {"shard": shard, "owner_id": ME, "read_endpoint": "http://127.0.0.1:2"}
+
+    def owners(self) -> dict[int, dict[str, object]]:
+        return {0: {"shard": 0, "owner_id": ME, "read_endpoint": "http://127.0.0.1:2"}}
+
+
+def test_a_close_filtered_long_poll_answers_the_closing_event_alone_once_the_run_closes() -> None:
+    shard = Shard(0, MemoryStore(), topology(1), DEFAULT_CONFIG)
+    shard.process(start_command(WF), 0, NOW)
+    commit(shard)
+    pointer = shard.store.get(Family.STATE, f"{NS}/{WF}".encode())
+    assert pointer is not None
+    key = run_key(NS, WF, decode_current(pointer).run_id).encode()
+    waiters = HistoryWaiters()
+    app = web.Application()
+    add_routes(app, ReadContext(1, Source(shard.store), Owners(), {ME}, waiters))
+
+    def step(record: bytes, offset: int) -> None:
+        """What the processor does: decide, commit, write the store, wake the readers of the runs that grew."""
+        shard.process(record, offset, NOW + offset)
+        commit(shard)
+        waiters.notify([key])
+
+    async def main() -> None:
+        waiters.bind(asyncio.get_running_loop())
+        async with TestClient(TestServer(app)) as client:
+            async def get(query: str) -> tuple[int, dict[str, Any]]:
+                response = await client.get(f"{HISTORY}?{query}")
+                return response.status, await response.json()
+
+            assert await get("filter=close") == (200, {"run_id": key.decode().rsplit("/", 1)[1], "events": [],
+                                                       "next_page_token": ""})
+            assert (await get("filter=everything"))[0] == 400
+            poll = asyncio.create_task(get("filter=close&wait_ms=10000"))
+            await asyncio.sleep(0.1)
+            step(signal_command(WF, "nudge"), 1)  # the run grows but stays open: the poll must not answer
+            await asyncio.sleep(0.2)
+            assert not poll.done()
+            step(command("TerminateWorkflowExecution", {"reason": "enough", "details": []}, workflow_id=WF,
+                         request_id="terminate"), 2)
+            status, page = await asyncio.wait_for(poll, 5)
+            assert status == 200 and [e["event_type"] for e in page["events"]] == ["WORKFLOW_EXECUTION_TERMINATED"]
+            assert page["events"][0]["attributes"]["reason"] == "enough"
+            status, everything = await get("")
+            assert everything["events"][-1] == page["events"][0]  # the last event of the whole history
+            assert (await get("filter=close"))[1]["events"] == page["events"]  # no wait needed once closed
+
+    asyncio.run(main())
