@@ -29,6 +29,7 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 import aiohttp
 
 from ostinato.schemas import codec, wire
+from ostinato.sdk import _sessions
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, WorkerTransport
 
@@ -61,7 +62,8 @@ CLUSTER_FIELDS = {"kafka_bootstrap": str, "topic_prefix": str, "shards": int, "r
 
 class HttpService(ClientTransport):
     """A server's HTTP API as a `ClientTransport`. Make it with `await HttpService.connect(target)`; `close()` it
-    (or use `async with`) when done."""
+    (or use `async with`) when done. One never closed is closed once garbage-collected or when its event loop shuts
+    down (`_sessions`), quietly."""
 
     def __init__(self, target: str, session: aiohttp.ClientSession, cluster: Record, *,
                  command_timeout: timedelta = COMMAND_TIMEOUT,
@@ -99,10 +101,13 @@ class HttpService(ClientTransport):
         except BaseException:
             await session.close()
             raise
-        return cls(target, session, cluster, command_timeout=command_timeout, unavailable_timeout=unavailable_timeout)
+        service = cls(target, session, cluster, command_timeout=command_timeout,
+                      unavailable_timeout=unavailable_timeout)
+        await _sessions.keep(service, session)  # closed for it if it never is, as Temporal code never closes clients
+        return service
 
     async def close(self) -> None:
-        await self.session.close()
+        await _sessions.close(self.session)
 
     async def __aenter__(self) -> HttpService:
         return self

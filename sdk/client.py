@@ -119,6 +119,19 @@ class Client:
         service = await HttpService.connect(target, api_key=api_key)
         return cls(service, namespace=namespace, data_converter=data_converter, identity=identity)
 
+    async def close(self) -> None:
+        """Release the connections of the client's transport. Optional, as with Temporal's client (which has no
+        `close`): a client never closed is closed quietly once garbage-collected or when its event loop shuts down.
+        """
+        await self.service.close()
+
+    async def __aenter__(self) -> Client:
+        """`async with await Client.connect(...) as client:` closes the client at the end of the block."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def start_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, id: str, task_queue: str,
                              execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
                              task_timeout: timedelta | None = None,
