@@ -194,17 +194,20 @@ class HttpService(ClientTransport):
                 return events
 
     async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
-        """Read the run's history to its end, then long-poll the owner for the next events until a closing one.
+        """Long-poll the owner for the run's closing event.
 
-        The owner holds a caught-up read (`wait_ms`) until its processor commits new events for the run, so a
-        result arrives within a commit of the close instead of after a polling interval. Each page may retry for
-        `unavailable_timeout` (an owner died, the shard moves), so the wait survives any ownership change."""
+        The owner holds the read (`wait_ms`, `filter=close`) until its processor commits the run's close, so a
+        result arrives within a commit of the close instead of after a polling interval, with one request per wait
+        rather than one per step of the run. Each page may retry for `unavailable_timeout` (an owner died, the
+        shard moves), so the wait survives any ownership change."""
         last: Record | None = None
         first = 1
         wait_ms = 0
         while True:
+            # Only the closing event, and a wait for the close itself rather than for each step of the run
+            # (`filter=close`); a server that does not know the filter pages through history as before.
             page = await self._history_page(namespace, workflow_id, run_id, first, wait_ms=wait_ms,
-                                            deadline=self._deadline())
+                                            deadline=self._deadline(), close_only=True)
             if page is None:
                 if run_id == "" or last is None:
                     raise exc.RPCError(f"no workflow {workflow_id!r}", status=404, code="not_found")
@@ -226,10 +229,11 @@ class HttpService(ClientTransport):
         return time.monotonic() + self.unavailable_timeout.total_seconds()
 
     async def _history_page(self, namespace: str, workflow_id: str, run_id: str, first: int, *, deadline: float,
-                            wait_ms: int = 0) -> Record | None:
+                            wait_ms: int = 0, close_only: bool = False) -> Record | None:
         data = await self._read(namespace, workflow_id, "/history", {
             "run_id": run_id, "page_size": str(HISTORY_PAGE), "next_page_token": str(first),
-            "wait_ms": str(wait_ms) if wait_ms else ""}, deadline=deadline, wait_s=wait_ms / 1000)
+            "wait_ms": str(wait_ms) if wait_ms else "", "filter": "close" if close_only else ""},
+            deadline=deadline, wait_s=wait_ms / 1000)
         if data is None:
             return None
         page = _json(data)
