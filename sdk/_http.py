@@ -11,7 +11,10 @@ Owner reads survive ownership changes. Redirects are followed by hand, so a fail
 When the owner a server redirects to does not answer (it died, and Kafka has not yet given its shards to another
 server), when a server answers 503 (the shard is moving; its `Retry-After` is honoured), or when the server given
 to `connect` does not answer, the read asks that server again with backoff; it redirects to the new owner once
-there is one. A read gives up only after `unavailable_timeout` (60 s by default) without an answer.
+there is one. A read gives up only after `unavailable_timeout` (60 s by default) without an answer. A command is
+sent again only while the server refuses the connection (it never arrived), for as long; a command that may have
+arrived (a reset, a timeout, a 503) is not, since it may have been applied: its request id makes a deliberate
+retry safe.
 """
 
 from __future__ import annotations
@@ -151,15 +154,30 @@ class HttpService(ClientTransport):
     async def _post(self, data: bytes, timeout: timedelta, what: str) -> Record:
         wait_ms = max(1, int(timeout.total_seconds() * 1000))
         url = f"{self.target}/api/v1/commands?timeout_ms={wait_ms}"
-        try:
-            async with self.session.post(url, data=data, headers={"Content-Type": CONTENT_TYPE},
-                                         timeout=aiohttp.ClientTimeout(total=wait_ms / 1000 + SLACK_S)) as resp:
-                if resp.status != 200:
-                    raise await _error(resp, f"{what.rsplit('.', 1)[-1]}")
-                payload = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise exc.RPCError(f"{what.rsplit('.', 1)[-1]}: the server at {self.target} did not answer: "
-                               f"{type(e).__name__}: {e}", code="unavailable") from None
+        name = what.rsplit(".", 1)[-1]
+        deadline = self._deadline()
+        pause = RETRY_FIRST_S
+        while True:
+            try:
+                async with self.session.post(url, data=data, headers={"Content-Type": CONTENT_TYPE},
+                                             timeout=aiohttp.ClientTimeout(total=wait_ms / 1000 + SLACK_S)) as resp:
+                    if resp.status != 200:
+                        raise await _error(resp, name)
+                    payload = await resp.read()
+                break
+            except aiohttp.ClientConnectorError as e:
+                # Refused or unreachable: the command never left this process, so sending it again cannot apply it
+                # twice (a server restarting, say). Anything later (a reset, a timeout) may have been applied.
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise exc.RPCError(f"{name}: the server at {self.target} did not answer for "
+                                       f"{self.unavailable_timeout.total_seconds():.0f}s: {type(e).__name__}: {e}",
+                                       code="unavailable") from None
+                await asyncio.sleep(min(remaining, pause))
+                pause = min(RETRY_MAX_S, pause * 2)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise exc.RPCError(f"{name}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
+                                   code="unavailable") from None
         try:
             name, reply = codec.decode(payload)
         except codec.DecodeError as e:

@@ -232,3 +232,55 @@ def test_the_redirect_target_keeps_an_encoded_slash() -> None:
     asyncio.run(main())
     assert seen and all(p.startswith("/api/v1/namespaces/default/workflows/a%2Fb/history?") for p in seen), seen
     assert all(json.dumps(p).count("owner_hop=1") == 1 for p in seen)
+
+
+def test_a_command_to_a_server_that_refuses_connections_for_a_while_is_sent_once_it_listens() -> None:
+    port = free_ports(1)[0]
+    received: list[bytes] = []
+
+    async def commands(request: web.Request) -> web.Response:
+        data = await request.read()
+        received.append(data)
+        _, command = codec.decode(data)
+        reply = wire.reply(command["request_id"], command["namespace"], command["workflow_id"],
+                           (wire.ACCEPTED, {"run_id": "run-1", "cancel_requested": False}))
+        return web.Response(body=codec.encode(wire.REPLY, reply), content_type="application/octet-stream")
+
+    app = web.Application()
+    app.router.add_post("/api/v1/commands", commands)
+
+    async def main() -> None:
+        runner = web.AppRunner(app)
+        await runner.setup()
+
+        async def start_later() -> None:
+            await asyncio.sleep(1.0)  # the server (re)starts on its port
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+
+        later = asyncio.create_task(start_later())
+        service = HttpService(f"http://127.0.0.1:{port}", aiohttp.ClientSession(), CLUSTER,
+                              unavailable_timeout=timedelta(seconds=10))
+        try:
+            started = time.monotonic()
+            await Client(service).get_workflow_handle(WF).signal("go")
+            assert time.monotonic() - started >= 0.9 and len(received) == 1
+        finally:
+            await service.close()
+            await later
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_a_command_gives_up_on_a_server_that_never_listens_and_says_so() -> None:
+    async def main() -> None:
+        service = HttpService(dead_url(), aiohttp.ClientSession(), CLUSTER, unavailable_timeout=timedelta(seconds=1))
+        try:
+            started = time.monotonic()
+            with pytest.raises(RPCError, match="did not answer for 1s") as raised:
+                await Client(service).get_workflow_handle(WF).signal("go")
+            assert raised.value.code == "unavailable" and 0.9 <= time.monotonic() - started < 5
+        finally:
+            await service.close()
+
+    asyncio.run(main())
