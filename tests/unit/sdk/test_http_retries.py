@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -127,29 +128,36 @@ def test_a_503_is_retried_after_its_retry_after() -> None:
     assert len(api.arrivals) == 2 and api.arrivals[1] - api.arrivals[0] >= 0.95  # Retry-After: 1, honoured
 
 
-def test_a_server_that_refuses_connections_for_a_while_is_retried() -> None:
+@contextlib.asynccontextmanager
+async def _listening_in_a_second(app: web.Application) -> AsyncIterator[HttpService]:
+    """A service whose server refuses connections for a second (restarting), then serves `app` on the same port."""
     port = free_ports(1)[0]
+    runner = web.AppRunner(app)
+    await runner.setup()
+
+    async def start_later() -> None:
+        await asyncio.sleep(1.0)
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    later = asyncio.create_task(start_later())
+    service = HttpService(f"http://127.0.0.1:{port}", aiohttp.ClientSession(), CLUSTER,
+                          unavailable_timeout=timedelta(seconds=10))
+    try:
+        yield service
+    finally:
+        await service.close()
+        await later
+        await runner.cleanup()
+
+
+def test_a_server_that_refuses_connections_for_a_while_is_retried() -> None:
     api = Api(lambda r, n: _answer(closed_history(r)))
 
     async def main() -> None:
-        runner = web.AppRunner(api.app)
-        await runner.setup()
-
-        async def restart_later() -> None:
-            await asyncio.sleep(1.0)  # the server restarts on its port
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-
-        later = asyncio.create_task(restart_later())
-        service = HttpService(f"http://127.0.0.1:{port}", aiohttp.ClientSession(), CLUSTER,
-                              unavailable_timeout=timedelta(seconds=10))
-        try:
+        async with _listening_in_a_second(api.app) as service:
             started = time.monotonic()
             assert (await service.wait_closed("default", WF, ""))["event_type"] == "WORKFLOW_EXECUTION_COMPLETED"
             assert time.monotonic() - started >= 0.9
-        finally:
-            await service.close()
-            await later
-            await runner.cleanup()
 
     asyncio.run(main())
 
@@ -235,7 +243,6 @@ def test_the_redirect_target_keeps_an_encoded_slash() -> None:
 
 
 def test_a_command_to_a_server_that_refuses_connections_for_a_while_is_sent_once_it_listens() -> None:
-    port = free_ports(1)[0]
     received: list[bytes] = []
 
     async def commands(request: web.Request) -> web.Response:
@@ -250,24 +257,10 @@ def test_a_command_to_a_server_that_refuses_connections_for_a_while_is_sent_once
     app.router.add_post("/api/v1/commands", commands)
 
     async def main() -> None:
-        runner = web.AppRunner(app)
-        await runner.setup()
-
-        async def start_later() -> None:
-            await asyncio.sleep(1.0)  # the server (re)starts on its port
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-
-        later = asyncio.create_task(start_later())
-        service = HttpService(f"http://127.0.0.1:{port}", aiohttp.ClientSession(), CLUSTER,
-                              unavailable_timeout=timedelta(seconds=10))
-        try:
+        async with _listening_in_a_second(app) as service:
             started = time.monotonic()
             await Client(service).get_workflow_handle(WF).signal("go")
             assert time.monotonic() - started >= 0.9 and len(received) == 1
-        finally:
-            await service.close()
-            await later
-            await runner.cleanup()
 
     asyncio.run(main())
 
