@@ -21,7 +21,7 @@ from aiohttp import web
 from confluent_kafka import KafkaException
 
 from ostinato.schemas import codec, wire
-from ostinato.schemas.keys import history_key, run_key
+from ostinato.schemas.keys import run_key
 from ostinato.schemas.payloads import DEFAULT_HARD_LIMIT, Payload, payload_size
 from ostinato.schemas.topics import MAX_RECORD_BYTES
 from ostinato.services.frontend.gateway import CommandGateway, GatewayError
@@ -29,14 +29,14 @@ from ostinato.services.frontend.http import error
 from ostinato.services.frontend.namespaces_api import unknown_namespace
 from ostinato.services.frontend.reads import (
     READS,
+    closing_event,
     not_found,
     owner_read,
     run_id_param,
     store_or_redirect,
     wait_for_commit,
 )
-from ostinato.services.history.store import Family, ShardStore, StoreClosed
-from ostinato.streams.model import decode_run
+from ostinato.services.history.store import ShardStore, StoreClosed
 
 Record = dict[str, Any]
 JSON_ENCODING = b"json/plain"
@@ -332,14 +332,7 @@ async def result(request: web.Request) -> web.Response:
 
 
 def _closing_event(store: ShardStore, ns: str, wf: str, run_id: str) -> Record | None:
-    """The run's last event if the run is closed (the closing event is always its last)."""
-    state = store.get(Family.STATE, run_key(ns, wf, run_id).encode())
-    if state is None:
-        return None
-    run = decode_run(state)
-    if run.open:
-        return None
-    data = store.get(Family.HISTORY, history_key(ns, wf, run_id, run.history_length).encode())
+    data = closing_event(store, ns, wf, run_id)
     return None if data is None else codec.decode(data)[1]
 
 

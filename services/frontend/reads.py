@@ -179,7 +179,8 @@ async def history(request: web.Request) -> web.Response:
         store, state = waited
     raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
     if event_filter == "close":
-        return web.json_response({"run_id": run_id, "events": _close_event(store, ns, wf, run_id, state, raw),
+        closing = closing_event(store, ns, wf, run_id, state)  # Temporal's CLOSE_EVENT filter
+        return web.json_response({"run_id": run_id, "events": [] if closing is None else [_event_out(closing, raw)],
                                   "next_page_token": ""})
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
@@ -189,7 +190,7 @@ async def history(request: web.Request) -> web.Response:
         if len(events) == size:
             token = str(first + size)
             break
-        events.append(base64.b64encode(value).decode() if raw else jsonable(codec.decode(value)[1]))
+        events.append(_event_out(value, raw))
     return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
 
 
@@ -216,13 +217,20 @@ async def wait_for_commit(request: web.Request, waiters: HistoryWaiters, key: by
         future = waiters.watch(key)  # no await since `wait` let go of it: no notification in between
 
 
-def _close_event(store: ShardStore, ns: str, wf: str, run_id: str, state: bytes, raw: bool) -> list[Any]:
-    """`filter=close` (Temporal's CLOSE_EVENT filter): the run's closing event, its last, or nothing while open."""
+def closing_event(store: ShardStore, ns: str, wf: str, run_id: str, state: bytes | None = None) -> bytes | None:
+    """The run's closing event as stored (always its last event), or None while the run is open or unknown; `state`
+    when the caller has just read the run's state."""
+    if state is None:
+        state = store.get(Family.STATE, run_key(ns, wf, run_id).encode())
+        if state is None:
+            return None
     run = decode_run(state)
-    data = None if run.open else store.get(Family.HISTORY, history_key(ns, wf, run_id, run.history_length).encode())
-    if data is None:
-        return []
-    return [base64.b64encode(data).decode() if raw else jsonable(codec.decode(data)[1])]
+    return None if run.open else store.get(Family.HISTORY, history_key(ns, wf, run_id, run.history_length).encode())
+
+
+def _event_out(data: bytes, raw: bool) -> Any:
+    """A stored event as a page carries it: base64 single-object Avro (`format=avro`), else JSON."""
+    return base64.b64encode(data).decode() if raw else jsonable(codec.decode(data)[1])
 
 
 async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: ShardStore, ns: str, wf: str,

@@ -432,17 +432,23 @@ class _ShardOutbox:
 
 
 class HistoryView(HistorySequence):
-    """A run's history read lazily through the overlay."""
+    """A run's history read lazily through the overlay. Events read are kept for the view's life (one action): a
+    workflow task reads its previous task's STARTED to learn where its events begin, then that event again among
+    them, and each store read is an Avro decode on the processor's thread."""
 
     def __init__(self, shard: Shard, run: RunState) -> None:
         self._shard = shard
         self._run = run
+        self._read: dict[int, Record] = {}
 
     def __len__(self) -> int:
         return self._run.history_length
 
     def event_at(self, index: int) -> Record:
-        event = self._shard.event(self._run.namespace, self._run.workflow_id, self._run.run_id, index + 1)
+        event = self._read.get(index)
         if event is None:
-            raise IndexError(f"event {index + 1} of run {self._run.run_id} is not in the store")
+            event = self._shard.event(self._run.namespace, self._run.workflow_id, self._run.run_id, index + 1)
+            if event is None:
+                raise IndexError(f"event {index + 1} of run {self._run.run_id} is not in the store")
+            self._read[index] = event
         return event
