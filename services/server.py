@@ -26,11 +26,13 @@ from ostinato.services.frontend.auth import Auth
 from ostinato.services.frontend.http import MAX_BODY_BYTES, size_refusals
 from ostinato.services.frontend.openapi import install as install_openapi
 from ostinato.services.frontend.reads import ReadContext, add_routes
+from ostinato.services.frontend.relay import ProcessRelay, merge_exposition
 from ostinato.services.history.waiters import HistoryWaiters
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 7243
 SHUTDOWN_GRACE_S = 2.0
+THREAD, PROCESS = "thread", "process"  # `--processor-mode`: where the processors decide
 
 log = logging.getLogger("ostinato.server")
 
@@ -44,6 +46,7 @@ class ServerContext:
 _CLUSTER = web.AppKey("cluster", ServerContext)
 _REGISTRY = web.AppKey("registry", CollectorRegistry)
 _KAFKA_SECURITY = web.AppKey("kafka_security", dict)
+_RELAY = web.AppKey("relay", ProcessRelay)
 
 
 async def get_cluster(request: web.Request) -> web.Response:
@@ -62,7 +65,11 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 
 async def get_metrics(request: web.Request) -> web.Response:
+    """This process's metrics, and its processor processes' added up as if they were threads of it."""
     body = generate_latest(request.app[_REGISTRY])
+    relay = request.app.get(_RELAY)
+    if relay is not None:
+        body += merge_exposition(await relay.metrics())
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -76,6 +83,14 @@ def create_app(ctx: ServerContext, reads: ReadContext | None = None,
     app.router.add_get("/api/v1/cluster", get_cluster)
     app.router.add_get("/metrics", get_metrics)
     add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, frozenset()))
+    relay = reads.relay if reads is not None else None
+    if isinstance(relay, ProcessRelay):
+        app[_RELAY] = relay
+
+        async def close_relay(app: web.Application) -> None:
+            await relay.close()
+
+        app.on_cleanup.append(close_relay)
     add_archive_routes(app)
     install_openapi(app)
     return app
@@ -105,7 +120,7 @@ def default_data_dir() -> Path:
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
           ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
-          opensearch_url: str = "", processors: int = 1) -> None:
+          opensearch_url: str = "", processors: int = 1, processor_mode: str = THREAD) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
     from ostinato.services.frontend.api import install as install_api
@@ -114,7 +129,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.frontend.namespaces_api import config_for as namespace_config
     from ostinato.services.frontend.namespaces_api import install as install_namespaces
     from ostinato.services.frontend.visibility_api import install as install_visibility
-    from ostinato.services.history.processor import Processor, ProcessorOptions
+    from ostinato.services.history.processes import ProcessorProcesses
+    from ostinato.services.history.processor import ProcessorOptions
     from ostinato.services.history.processors import Processors
     from ostinato.streams.config import Config
 
@@ -124,28 +140,39 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     if not ownership.caught_up.wait(30):  # namespaces' retention must be known before any shard restores
         log.warning("%s.cluster was not read to its end in 30s; namespaces may be missing for a moment",
                     ctx.settings.topic_prefix)
-    procs: Processors | None = None
+    procs: Processors | ProcessorProcesses | None = None
+    relay: ProcessRelay | None = None
     waiters = HistoryWaiters()  # long-polls on history, woken by this process's commits
     failed = threading.Event()
+
+    def processor_failed(owner: str, why: str, exc: BaseException | None = None) -> None:
+        log.error("the history processor %s %s; shutting the server down", owner, why, exc_info=exc)
+        failed.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
     if processor:
         options = ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint)
         if archive_uri:  # closed runs outlive their retention until their archive is confirmed
             options.config = replace(options.config, archive=True)
-        options.config_for = namespace_config(ownership, options.config)
-        options.on_history = waiters.notify
-        procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
         if processors > ctx.settings.shards:
             log.warning("%d processors for %d shards: %d will own nothing unless other servers leave",
                         processors, ctx.settings.shards, processors - ctx.settings.shards)
-
-        def processor_failed(proc: Processor, exc: BaseException) -> None:
-            log.error("the history processor %s stopped with an error; shutting the server down", proc.owner_id,
-                      exc_info=exc)
-            failed.set()
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        procs.start(processor_failed)
-    reads = ReadContext(ctx.settings.shards, procs, ownership, procs.owner_ids if procs else frozenset(), waiters)
+        if processor_mode == PROCESS:
+            procs = ProcessorProcesses(ctx.bootstrap, ctx.settings.topic_prefix, options, processors,
+                                       archive=bool(archive_uri))
+            procs.start(lambda owner, status: processor_failed(owner, f"process exited with status {status}"))
+            if not procs.wait_listening(60):
+                procs.stop(30)
+                raise ClusterError("the processor processes did not start (their errors are above)")
+            relay = ProcessRelay(procs.sockets)
+        else:
+            options.config_for = namespace_config(ownership, options.config)
+            options.on_history = waiters.notify
+            procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
+            procs.start(lambda proc, exc: processor_failed(proc.owner_id, "stopped with an error", exc))
+    owner_ids = procs.owner_ids if procs is not None else frozenset()
+    source = procs if isinstance(procs, Processors) else None  # processes serve their stores' reads themselves
+    reads = ReadContext(ctx.settings.shards, source, ownership, owner_ids, waiters, relay)
     log.info("Kafka security: %s", describe_security(security_config()))  # secrets hidden
     log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
              ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards,

@@ -58,6 +58,11 @@ infra_app.add_typer(opensearch_app, name="opensearch")
 infra_app.add_typer(s3_app, name="s3")
 
 
+class ProcessorMode(StrEnum):
+    thread = "thread"
+    process = "process"
+
+
 class Output(StrEnum):
     TABLE = "table"
     JSON = "json"
@@ -186,6 +191,10 @@ def server(
         "--processors", envvar="OSTINATO_PROCESSORS", min=1,
         help="History processors in this process, each with its own shards and Kafka transactions, so commits "
              "overlap under load (see docs/architecture.md). More than the cluster's shards leaves some idle.")] = 1,
+    processor_mode: Annotated[ProcessorMode, typer.Option(
+        "--processor-mode", envvar="OSTINATO_PROCESSOR_MODE",
+        help="thread: the processors decide in this process, sharing one interpreter with the API; process: each "
+             "in a child process of its own (its own CPU core), reads relayed to it.")] = ProcessorMode.thread,
 ) -> None:
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     import ssl
@@ -207,7 +216,8 @@ def server(
         context.load_cert_chain(tls_cert, tls_key)
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
           advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
-          archiver=archiver, opensearch_url=opensearch_url, processors=processors)
+          archiver=archiver, opensearch_url=opensearch_url, processors=processors,
+          processor_mode=processor_mode.value)
 
 
 @app.command("worker")

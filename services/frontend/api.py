@@ -376,5 +376,11 @@ def install(app: web.Application, gateway: CommandGateway) -> None:
     app.router.add_post(base + "/{workflow_id}/cancel", cancel)
     app.router.add_post(base + "/{workflow_id}/terminate", terminate)
     app.router.add_post(base + "/{workflow_id}/redrive", redrive)
-    app.router.add_get(base + "/{workflow_id}/result", result)
+    install_owner_reads(app)
     app.router.add_get("/api/v1/namespaces/{namespace}/task-queues/{task_queue}", describe_task_queue)
+
+
+def install_owner_reads(app: web.Application) -> None:
+    """The routes of this API that read a shard's store: also served by a processor process of its own
+    (`services/processor_process.py`), which has no gateway."""
+    app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/result", result)

@@ -51,14 +51,23 @@ class OwnerTable(Protocol):
     def owners(self) -> dict[int, dict[str, object]]: ...
 
 
+class Relay(Protocol):
+    """The owner reads of this server's processor processes (`services/frontend/relay.py:ProcessRelay`)."""
+
+    def __contains__(self, owner_id: object) -> bool: ...
+
+    async def forward(self, request: web.Request, owner_id: str) -> web.Response: ...
+
+
 class ReadContext:
     def __init__(self, shards: int, source: StoreSource | None, ownership: OwnerTable | None,
-                 owner_ids: Collection[str], waiters: HistoryWaiters | None = None) -> None:
+                 owner_ids: Collection[str], waiters: HistoryWaiters | None = None, relay: Relay | None = None) -> None:
         self.shards = shards
         self.source = source
         self.ownership = ownership
         self.owner_ids = frozenset(owner_ids)  # this server's processors (`--processors N`): never redirect to them
         self.waiters = waiters  # woken by this process's processor after each commit (long-polls)
+        self.relay = relay  # processors in processes of their own: their shards' reads are relayed to them
 
 
 READS = web.AppKey("reads", ReadContext)
@@ -103,16 +112,23 @@ def not_found(request: web.Request, message: str) -> web.Response:
 
 
 def owner_read(handler: Handler) -> Handler:
-    """Serve a read that holds a shard's store. When the shard moves mid-request (the processor thread closes the
-    store on revocation, so the read raises `StoreClosed`), answer as a request arriving now would be answered: a
-    redirect to the new owner once the ownership table names it, else a 503 with `Retry-After`."""
+    """Serve a read that holds a shard's store, or relay it to this server's processor process that owns the shard
+    (which answers with this same code, a redirect or a 503 included). When the shard moves mid-request (the
+    processor thread closes the store on revocation, so the read raises `StoreClosed`), answer as a request arriving
+    now would be answered: a redirect to the new owner once the ownership table names it, else a 503 with
+    `Retry-After`."""
     @functools.wraps(handler)
     async def wrapped(request: web.Request) -> web.StreamResponse:
+        ctx = request.app[READS]
+        ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+        if ctx.relay is not None and ctx.ownership is not None:  # a processor process of this server may own it
+            owner = ctx.ownership.owner(shard_for(ns, wf, ctx.shards))
+            if owner is not None and owner["owner_id"] in ctx.relay:
+                return await ctx.relay.forward(request, str(owner["owner_id"]))
         try:
             return await handler(request)
         except StoreClosed:
-            ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
-            return owner_elsewhere(request, shard_for(ns, wf, request.app[READS].shards))
+            return owner_elsewhere(request, shard_for(ns, wf, ctx.shards))
 
     return wrapped
 

@@ -1,15 +1,21 @@
 """`ostinato server --processors N`: one server, several history processors, each with its own shards and
-transactions (issue 15, "no queueing behind one loop"). The shards are split between them, reads find the right
-one, histories stay exactly once, and a restart with fewer processors takes every shard back."""
+transactions (issue 15, "no queueing behind one loop"), as threads or as processes of their own
+(`--processor-mode process`). The shards are split between them, reads find the right one, histories stay exactly
+once, and a restart with fewer processors takes every shard back. Processes end with the server, and a process
+that dies takes the server down."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 import urllib.parse
 import urllib.request
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.services.admin.checker import check_history
@@ -35,11 +41,34 @@ def _owned_gauge(server: ServerProcess) -> float:
     return float(found.group(1))
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
 def test_two_processors_split_the_shards_and_serve_every_read(kafka: KafkaCluster, topic_prefix: str,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path, mode: str) -> None:
     init_cluster(kafka.bootstrap, topic_prefix, shards=SHARDS)
     server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
-                           extra_args=("--processors", "2")).start()
+                           extra_args=("--processors", "2", "--processor-mode", mode)).start()
     try:
         server.wait_owning(SHARDS)
         # The first processor to join may take every shard; the group then gives the second its share.
@@ -55,8 +84,13 @@ def test_two_processors_split_the_shards_and_serve_every_read(kafka: KafkaCluste
             closed = wait_closed(kafka.bootstrap, topic_prefix, ids, timeout=120)
         assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": 120}
         for wf in ids:  # every shard's reads are served here, whichever processor holds its store: no redirect
-            status, body = server.get(f"/api/v1/namespaces/default/workflows/{urllib.parse.quote(wf, safe='')}")
+            path = f"/api/v1/namespaces/default/workflows/{urllib.parse.quote(wf, safe='')}"
+            status, body = server.get(path)
             assert status == 200 and body["status"] == "COMPLETED", (wf, status, body)
+        status, body = server.get(path + "/result")  # the long-poll reads too (served where the waiters are)
+        assert status == 200 and body["status"] == "COMPLETED", body
+        status, body = server.get(path + "/history?filter=close&wait_ms=1000")
+        assert status == 200 and [e["event_type"] for e in body["events"]] == ["WORKFLOW_EXECUTION_COMPLETED"]
         report = check_history(kafka.bootstrap, topic_prefix)
         assert report.ok, report.problems[:20]
         assert report.runs == 120
@@ -75,5 +109,41 @@ def test_two_processors_split_the_shards_and_serve_every_read(kafka: KafkaCluste
         report = check_history(kafka.bootstrap, topic_prefix)
         assert report.ok, report.problems[:20]
         assert report.runs == 160
+    finally:
+        server.stop()
+
+
+def test_processor_processes_end_with_the_server_and_take_it_down(kafka: KafkaCluster, topic_prefix: str,
+                                                                 tmp_path: Path) -> None:
+    """SIGKILL of the server leaves no processor process behind (nobody would serve its shards' reads, and it
+    would keep the shards from the next server); a processor process that dies ends the server non-zero."""
+    init_cluster(kafka.bootstrap, topic_prefix, shards=SHARDS)
+    server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
+                           extra_args=("--processors", "2", "--processor-mode", "process")).start()
+    try:
+        server.wait_owning(SHARDS)
+        assert server.proc is not None
+        children = _children(server.proc.pid)
+        assert len(children) == 2, f"two processor processes expected under the server: {children}"
+        server.kill()  # SIGKILL: no handler runs in the server
+        deadline = time.monotonic() + 10
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(c) for c in children), "processor processes outlived their server"
+
+        server.start()  # the same owner ids fence the killed incarnations' transactions at once
+        server.wait_owning(SHARDS)
+        with TestWorker(kafka.bootstrap, topic_prefix, SHARDS, QUEUE):
+            ids = start_workflows(kafka.bootstrap, topic_prefix, SHARDS, 20, "hello", QUEUE)
+            closed = wait_closed(kafka.bootstrap, topic_prefix, ids, timeout=120)
+        assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": 20}
+        assert server.proc is not None
+        victim = _children(server.proc.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        assert server.wait_exit(60) == 1, server.tail()
+        assert "process exited with status -9" in server.tail(200)
+        report = check_history(kafka.bootstrap, topic_prefix)
+        assert report.ok, report.problems[:20]
+        assert report.runs == 20
     finally:
         server.stop()

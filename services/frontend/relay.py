@@ -1,0 +1,106 @@
+"""The server's side of processors in processes of their own (`--processor-mode process`): owner reads relayed
+to the process that owns the shard, and its metrics merged into the server's `/metrics`.
+
+A process's shard stores and long-poll waiters live where its commits happen (`services/processor_process.py`),
+so a read is relayed, not redirected: clients, other servers and the auth middleware see one server and one port,
+as with processor threads. The relay is one local hop over a Unix socket with kept-alive connections; a process
+that is down or restarting answers as a moving shard does, a 503 with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable, Mapping
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+from yarl import URL
+
+from ostinato.services.frontend.http import RETRY_AFTER_S, error
+from ostinato.services.frontend.reads import MAX_WAIT_S
+
+_PASSED_BACK = ("Content-Type", "Location", "Retry-After")
+_METRICS_TIMEOUT_S = 5.0
+
+
+class ProcessRelay:
+    """Owner id -> the Unix socket its processor process serves owner reads on."""
+
+    def __init__(self, sockets: Mapping[str, str]) -> None:
+        self.sockets = dict(sockets)
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+
+    def __contains__(self, owner_id: object) -> bool:
+        return owner_id in self.sockets
+
+    def _session(self, owner_id: str) -> aiohttp.ClientSession:
+        session = self._sessions.get(owner_id)
+        if session is None or session.closed:
+            # A long-poll holds its request up to MAX_WAIT_S; the process answers it (or a 504) before this.
+            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.sockets[owner_id]),
+                                            timeout=aiohttp.ClientTimeout(total=MAX_WAIT_S + 30))
+            self._sessions[owner_id] = session
+        return session
+
+    async def forward(self, request: web.Request, owner_id: str) -> web.Response:
+        """The process's answer to `request`, status and body as they are (redirects are not followed here)."""
+        url = URL(f"http://processor{request.raw_path}", encoded=True)  # a '/' inside a workflow id stays %2F
+        try:
+            async with self._session(owner_id).request(request.method, url, allow_redirects=False) as answer:
+                body = await answer.read()
+                headers = {name: answer.headers[name] for name in _PASSED_BACK if name in answer.headers}
+                return web.Response(status=answer.status, body=body, headers=headers)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            return error(503, "shard_unavailable", f"the processor that owns this workflow's shard did not answer "
+                         f"({type(exc).__name__}); it may be restarting, retry in {RETRY_AFTER_S}s")
+
+    async def metrics(self) -> list[str]:
+        """Every process's `/metrics` text (a process that does not answer in time is left out)."""
+        async def one(owner_id: str) -> str:
+            url = URL("http://processor/metrics")
+            async with self._session(owner_id).get(url, timeout=aiohttp.ClientTimeout(total=_METRICS_TIMEOUT_S)) \
+                    as answer:
+                return await answer.text()
+
+        texts = await asyncio.gather(*(one(o) for o in self.sockets), return_exceptions=True)
+        return [t for t in texts if isinstance(t, str)]
+
+    async def close(self) -> None:
+        for session in self._sessions.values():
+            with contextlib.suppress(Exception):
+                await session.close()
+        self._sessions.clear()
+
+
+def merge_exposition(texts: Iterable[str]) -> bytes:
+    """Several processes' metrics as one process's: samples of the same name and labels are added (counters,
+    gauges of owned things and histogram buckets all add up); `_created` times are left out, as meaningless for
+    a sum. Families keep their order of first appearance."""
+    families: dict[str, Metric] = {}
+    sums: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                sums[family.name] = {}
+            totals = sums[family.name]
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                totals[key] = totals.get(key, 0.0) + sample.value
+    for name, family in families.items():
+        family.samples = [Sample(sample, dict(labels), value) for (sample, labels), value in sums[name].items()]
+
+    class _Merged:
+        def collect(self) -> Iterable[Metric]:
+            return families.values()
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Merged())  # type: ignore[arg-type]
+    return generate_latest(registry)
