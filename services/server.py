@@ -32,7 +32,7 @@ from ostinato.services.history.waiters import HistoryWaiters
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 7243
 SHUTDOWN_GRACE_S = 2.0
-THREAD, PROCESS = "thread", "process"  # `--processor-mode`: where the processors decide
+AUTO, THREAD, PROCESS = "auto", "thread", "process"  # `--processor-mode`: where the processors decide
 
 log = logging.getLogger("ostinato.server")
 
@@ -120,9 +120,13 @@ def default_data_dir() -> Path:
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
           ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
-          opensearch_url: str = "", processors: int = 1, processor_mode: str = THREAD) -> None:
+          opensearch_url: str = "", processors: int = 1, processor_mode: str = AUTO) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
-    supervisor restarts the whole process instead of leaving an API up whose shards nobody processes."""
+    supervisor restarts the whole process instead of leaving an API up whose shards nobody processes.
+
+    `processor_mode` AUTO runs a lone processor as a thread (one process, nothing to relay) and several as processes
+    of their own: deciding is Python, and threads of one interpreter decide one at a time, behind the API's work
+    too (docs/benchmarks.md measures both)."""
     from ostinato.services.frontend.api import install as install_api
     from ostinato.services.frontend.gateway import CommandGateway
     from ostinato.services.frontend.namespaces_api import Namespaces
@@ -157,7 +161,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         if processors > ctx.settings.shards:
             log.warning("%d processors for %d shards: %d will own nothing unless other servers leave",
                         processors, ctx.settings.shards, processors - ctx.settings.shards)
-        if processor_mode == PROCESS:
+        if processor_mode == PROCESS or (processor_mode == AUTO and processors > 1):
             procs = ProcessorProcesses(ctx.bootstrap, ctx.settings.topic_prefix, options, processors,
                                        archive=bool(archive_uri))
             procs.start(lambda owner, status: processor_failed(owner, f"process exited with status {status}"))

@@ -59,6 +59,7 @@ infra_app.add_typer(s3_app, name="s3")
 
 
 class ProcessorMode(StrEnum):
+    auto = "auto"
     thread = "thread"
     process = "process"
 
@@ -193,8 +194,9 @@ def server(
              "overlap under load (see docs/architecture.md). More than the cluster's shards leaves some idle.")] = 1,
     processor_mode: Annotated[ProcessorMode, typer.Option(
         "--processor-mode", envvar="OSTINATO_PROCESSOR_MODE",
-        help="thread: the processors decide in this process, sharing one interpreter with the API; process: each "
-             "in a child process of its own (its own CPU core), reads relayed to it.")] = ProcessorMode.thread,
+        help="process: each processor in a child process of its own (its own interpreter and CPU core), reads "
+             "relayed to it; thread: all in this process, sharing one interpreter with the API; auto: process for "
+             "more than one processor.")] = ProcessorMode.auto,
 ) -> None:
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     import ssl
