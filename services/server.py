@@ -10,6 +10,7 @@ import ssl
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST as METRICS_CONTENT_TYPE
@@ -120,7 +121,8 @@ def default_data_dir() -> Path:
 def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_PORT, *,
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
           ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
-          opensearch_url: str = "", processors: int = 1, processor_mode: str = AUTO) -> None:
+          opensearch_url: str = "", processors: int = 1, processor_mode: str = AUTO,
+          ingress: Path | None = None) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes.
 
@@ -134,11 +136,12 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.frontend.namespaces_api import install as install_namespaces
     from ostinato.services.frontend.visibility_api import install as install_visibility
     from ostinato.services.history.processes import ProcessorProcesses
-    from ostinato.services.history.processor import ProcessorOptions
+    from ostinato.services.history.processor import ProcessorOptions, owner_id_of
     from ostinato.services.history.processors import Processors
     from ostinato.streams.config import Config
 
     check_port_free(port, host, what="the Ostinato API")
+    mappings = _ingress_mappings(ingress) if ingress is not None else []
     endpoint = advertise or f"{'https' if ssl_context else 'http'}://{host}:{port}"
     ownership = OwnershipTable(ctx.bootstrap, ctx.settings.topic_prefix).start()
     if not ownership.caught_up.wait(30):  # namespaces' retention must be known before any shard restores
@@ -149,8 +152,10 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     waiters = HistoryWaiters()  # long-polls on history, woken by this process's commits
     failed = threading.Event()
 
-    def processor_failed(owner: str, why: str, exc: BaseException | None = None) -> None:
-        log.error("the history processor %s %s; shutting the server down", owner, why, exc_info=exc)
+    def part_failed(what: str, why: str, exc: BaseException | None = None) -> None:
+        """A processor or an ingress mapping that stops ends the server (status 1): a supervisor restarts it
+        whole instead of leaving an API up while shards or source topics go unprocessed."""
+        log.error("%s %s; shutting the server down", what, why, exc_info=exc)
         failed.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -164,7 +169,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         if processor_mode == PROCESS or (processor_mode == AUTO and processors > 1):
             procs = ProcessorProcesses(ctx.bootstrap, ctx.settings.topic_prefix, options, processors,
                                        archive=bool(archive_uri))
-            procs.start(lambda owner, status: processor_failed(owner, f"process exited with status {status}"))
+            procs.start(lambda owner, status: part_failed(f"the history processor {owner}",
+                                                          f"process exited with status {status}"))
             if not procs.wait_listening(60):
                 procs.stop(30)
                 raise ClusterError("the processor processes did not start (their errors are above)")
@@ -173,7 +179,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             options.config_for = namespace_config(ownership, options.config)
             options.on_history = waiters.notify
             procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
-            procs.start(lambda proc, exc: processor_failed(proc.owner_id, "stopped with an error", exc))
+            procs.start(lambda proc, exc: part_failed(f"the history processor {proc.owner_id}",
+                                                      "stopped with an error", exc))
     owner_ids = procs.owner_ids if procs is not None else frozenset()
     source = procs if isinstance(procs, Processors) else None  # processes serve their stores' reads themselves
     reads = ReadContext(ctx.settings.shards, source, ownership, owner_ids, waiters, relay)
@@ -205,16 +212,36 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
                        opensearch_url=opensearch_url)
     if archive_uri and archiver:
         _install_archival(app, ctx, archive_uri, endpoint, auth)
+    running_ingress = None
+    if mappings:
+        from ostinato.connectors.ingress import Ingress
+
+        instance = owner_id_of((data_dir or default_data_dir()) / ctx.settings.topic_prefix)
+        running_ingress = Ingress(ctx.bootstrap, ctx.settings, mappings, instance, REGISTRY,
+                                  on_failure=lambda name, exc: part_failed(f"ingress mapping {name}",
+                                                                           "stopped with an error", exc))
+        running_ingress.start()
     try:
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
                     shutdown_timeout=SHUTDOWN_GRACE_S)
     finally:
+        if running_ingress is not None:
+            running_ingress.stop()
         if procs is not None:
             procs.stop(30)
         ownership.stop()
     if failed.is_set():
         raise SystemExit(1)
+
+
+def _ingress_mappings(path: Path) -> list[Any]:
+    from ostinato.connectors.ingress_mapping import MappingError, load
+
+    try:
+        return load(path)
+    except MappingError as exc:
+        raise ClusterError(str(exc)) from None
 
 
 def _install_archival(app: web.Application, ctx: ServerContext, archive_uri: str, endpoint: str,

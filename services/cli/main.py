@@ -24,6 +24,7 @@ from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster
 from ostinato.services.cli.acl import app as acl_app
 from ostinato.services.cli.check import app as check_app
+from ostinato.services.cli.ingress import app as ingress_app
 from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 from ostinato.services.cli.replay import replay as replay_command
 from ostinato.services.cli.visibility import app as visibility_app
@@ -52,6 +53,7 @@ app.add_typer(task_queue_app, name="task-queue")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(visibility_app, name="visibility")
 app.add_typer(acl_app, name="acl")
+app.add_typer(ingress_app, name="ingress")
 app.command("replay")(replay_command)
 infra_app.add_typer(kafka_app, name="kafka")
 infra_app.add_typer(opensearch_app, name="opensearch")
@@ -197,6 +199,10 @@ def server(
         help="process: each processor in a child process of its own (its own interpreter and CPU core), reads "
              "relayed to it; thread: all in this process, sharing one interpreter with the API; auto: process for "
              "more than one processor.")] = ProcessorMode.auto,
+    ingress: Annotated[Path | None, typer.Option(
+        "--ingress", envvar="OSTINATO_INGRESS", exists=True, dir_okay=False,
+        help="Run these ingress mappings here (YAML; `ostinato ingress check` tries them): records of Kafka "
+             "topics start and signal workflows, exactly once.")] = None,
 ) -> None:
     """Run the Ostinato server: HTTP API and history processor against an initialised cluster."""
     import ssl
@@ -219,7 +225,7 @@ def server(
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
           advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
           archiver=archiver, opensearch_url=opensearch_url, processors=processors,
-          processor_mode=processor_mode.value)
+          processor_mode=processor_mode.value, ingress=ingress)
 
 
 @app.command("worker")

@@ -19,7 +19,7 @@ Command = tuple[str, Record]
 ENCODING_JSON = b"json/plain"
 ENCODING_NULL = b"binary/null"
 
-HELLO, SLEEP, CHAIN = "hello", "sleep", "chain"
+HELLO, SLEEP, CHAIN, DONE, IDLE = "hello", "sleep", "chain", "done", "idle"
 GREET, STEP = "greet", "step"
 CHAIN_STEPS = 3
 DEFAULT_SLEEP_MS = 1_000
@@ -170,7 +170,19 @@ def chain(events: Sequence[Record]) -> list[Command]:
     return []
 
 
-WORKFLOWS: dict[str, Callable[[Sequence[Record]], list[Command]]] = {HELLO: hello, SLEEP: sleep, CHAIN: chain}
+def done(events: Sequence[Record]) -> list[Command]:
+    """Complete at once with the input (the ingress tests' orders)."""
+    started = _attrs(events[0]) if events and events[0]["event_type"] == "WORKFLOW_EXECUTION_STARTED" else {}
+    return [complete(list(started.get("input", [])))]
+
+
+def idle(events: Sequence[Record]) -> list[Command]:
+    """Stay open and do nothing: signals pile up in history (the ingress tests' accounts)."""
+    return []
+
+
+WORKFLOWS: dict[str, Callable[[Sequence[Record]], list[Command]]] = {
+    HELLO: hello, SLEEP: sleep, CHAIN: chain, DONE: done, IDLE: idle}
 
 
 def decide_task(task: Record) -> list[Command]:

@@ -1,0 +1,351 @@
+"""What a Kafka record means to Ostinato: the declarative mappings of `ingress.yaml`, and the pure translation of one
+source record into one command or one dead letter (`connectors/ingress.py` does the Kafka part).
+
+```yaml
+mappings:
+  - name: orders                       # consumer group <prefix>-ingress-orders; names the metrics and request ids
+    topic: shop.orders                 # the source topic
+    action: start                      # start | signal | signal-with-start
+    workflow_id: "order-{value.id}"    # templates: {key} {value} {value.a.b} {headers.h} {topic} {partition} {offset}
+    workflow_type: OrderWorkflow       # start and signal-with-start
+    task_queue: orders                 # start and signal-with-start
+    signal: "{value.kind}"             # signal and signal-with-start
+    input: value                       # value (the default) | value.<path> | none: the one argument passed
+    format: json                       # json (the default) | avro: single-object encoding, written with `schema`
+    schema: order.avsc                 # avro: the writer's schema (relative to this file)
+    namespace: default
+    dead_letter_topic: shop.orders.dlq # records that do not map (default: <topic>.dlq)
+    id_reuse_policy: ALLOW_DUPLICATE   # start: Ostinato's/Temporal's policies; an id that is taken is not started
+    id_conflict_policy: FAIL
+```
+
+Each record becomes exactly one command whose request id is derived from where the record is
+(`ingress/<mapping>/<topic>/<partition>/<offset>`), so the engine recognises a command it has seen; the ingress
+produces it in one transaction with the source offsets, so none is lost or produced twice. A record that cannot
+be mapped (not JSON, a missing field, an output over the record limit) becomes a dead letter with the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import io
+import json
+import string
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader
+
+from ostinato.schemas import codec, partition_for, wire
+from ostinato.schemas.keys import workflow_key
+from ostinato.schemas.topics import MAX_RECORD_BYTES
+
+ACTIONS = ("start", "signal", "signal-with-start")
+FORMATS = ("json", "avro")
+JSON_ENCODING = b"json/plain"  # the SDK's JSON payload converter: inputs arrive as the workflow's arguments
+AVRO_MAGIC = b"\xc3\x01"
+_POLICIES = {
+    "id_reuse_policy": ("UNSPECIFIED", "ALLOW_DUPLICATE", "ALLOW_DUPLICATE_FAILED_ONLY", "REJECT_DUPLICATE",
+                        "TERMINATE_IF_RUNNING"),
+    "id_conflict_policy": ("UNSPECIFIED", "FAIL", "USE_EXISTING", "TERMINATE_EXISTING"),
+}
+_KEYS = {"name", "topic", "action", "workflow_id", "workflow_type", "task_queue", "signal", "input", "format",
+         "schema", "namespace", "dead_letter_topic", *_POLICIES}
+
+
+class MappingError(ValueError):
+    """The ingress configuration is wrong (raised at start, naming the mapping and the setting)."""
+
+
+class Unmappable(ValueError):
+    """This record cannot become a command; the message is the dead letter's reason."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """A source record as the translation sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class IngressMapping:
+    name: str
+    topic: str
+    action: str
+    workflow_id: str
+    workflow_type: str = ""
+    task_queue: str = ""
+    signal: str = ""
+    input: str = "value"
+    format: str = "json"
+    namespace: str = "default"
+    dead_letter_topic: str = ""
+    id_reuse_policy: str = "UNSPECIFIED"
+    id_conflict_policy: str = "UNSPECIFIED"
+    avro_schema: Any = field(default=None, compare=False, repr=False)
+    avro_fingerprint: bytes = b""
+
+    @property
+    def group(self) -> str:
+        return f"ingress-{self.name}"
+
+    @property
+    def dead_letters(self) -> str:
+        return self.dead_letter_topic or f"{self.topic}.dlq"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command to produce: to `<prefix>.commands`, partition `partition`."""
+
+    key: bytes
+    partition: int
+    value: bytes
+    request_id: str
+
+
+def load(path: Path) -> list[IngressMapping]:
+    """The mappings of an ingress file; MappingError names what is wrong."""
+    import yaml  # the one user-written YAML file of the product
+
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise MappingError(f"{path}: {exc}") from None
+    return parse(document, base=Path(path).parent, source=str(path))
+
+
+def parse(document: Any, base: Path = Path(), source: str = "the ingress config") -> list[IngressMapping]:
+    if not isinstance(document, dict) or not isinstance(document.get("mappings"), list) or not document["mappings"]:
+        raise MappingError(f"{source}: expected a `mappings:` list with at least one mapping")
+    mappings = [_mapping(entry, i, base, source) for i, entry in enumerate(document["mappings"])]
+    names = [m.name for m in mappings]
+    for name in names:
+        if names.count(name) > 1:
+            raise MappingError(f"{source}: two mappings are named {name!r}; names key consumer groups and request ids")
+    return mappings
+
+
+def _mapping(entry: Any, index: int, base: Path, source: str) -> IngressMapping:
+    where = f"{source}, mapping {index + 1}"
+    if not isinstance(entry, dict):
+        raise MappingError(f"{where}: expected a mapping of settings, not {type(entry).__name__}")
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise MappingError(f"{where}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
+    values = {k: v for k, v in entry.items() if k != "schema"}
+    for k, v in values.items():
+        if not isinstance(v, str):
+            raise MappingError(f"{where}: {k} must be a string, not {type(v).__name__}")
+    for required in ("name", "topic", "action", "workflow_id"):
+        if not values.get(required):
+            raise MappingError(f"{where}: `{required}` is required")
+    where = f"{source}, mapping {values['name']!r}"
+    if not values["name"].replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise MappingError(f"{where}: a name is letters, digits, '.', '_' and '-' (it names a consumer group)")
+    action = values["action"]
+    if action not in ACTIONS:
+        raise MappingError(f"{where}: action must be one of {', '.join(ACTIONS)}, not {action!r}")
+    needs = {"start": ("workflow_type", "task_queue"), "signal": ("signal",),
+             "signal-with-start": ("workflow_type", "task_queue", "signal")}[action]
+    for required in needs:
+        if not values.get(required):
+            raise MappingError(f"{where}: action {action} needs `{required}`")
+    fmt = values.get("format", "json")
+    if fmt not in FORMATS:
+        raise MappingError(f"{where}: format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    for name, allowed in _POLICIES.items():
+        if name in values and values[name] not in allowed:
+            raise MappingError(f"{where}: {name} must be one of {', '.join(allowed)}")
+    choice = values.get("input", "value")
+    if choice not in ("value", "none") and not choice.startswith("value."):
+        raise MappingError(f"{where}: input is value, value.<path> or none, not {choice!r}")
+    for name in ("workflow_id", "workflow_type", "task_queue", "signal", "namespace"):
+        if name in values:
+            _check_template(values[name], f"{where}: {name}")
+    schema, fp = None, b""
+    if fmt == "avro":
+        schema, fp = _avro_schema(entry.get("schema"), base, where)
+    return IngressMapping(**values, avro_schema=schema, avro_fingerprint=fp)
+
+
+def _avro_schema(named: Any, base: Path, where: str) -> tuple[Any, bytes]:
+    if not isinstance(named, str | dict) or not named:
+        raise MappingError(f"{where}: format avro needs `schema`: the writer's schema (a .avsc file or inline)")
+    try:
+        raw = json.loads((base / named).read_text()) if isinstance(named, str) else named
+        parsed = parse_schema(raw)
+        fp = codec.fingerprint(codec.canonical_form(raw, {}))  # little-endian CRC-64-AVRO, as Java writes it
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise MappingError(f"{where}: schema: {exc}") from None
+    return parsed, fp
+
+
+def _check_template(template: str, where: str) -> None:
+    try:
+        fields = [f for _, f, spec, conv in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise MappingError(f"{where}: bad template {template!r}: {exc}") from None
+    for name in fields:
+        root = name.split(".", 1)[0]
+        if root not in ("key", "value", "headers", "topic", "partition", "offset"):
+            raise MappingError(f"{where}: unknown template field {{{name}}} (use key, value, value.<path>, "
+                               "headers.<name>, topic, partition, offset)")
+
+
+# -- translation (pure) -------------------------------------------------------------------------------------------
+
+
+def request_id(mapping: IngressMapping, record: Record) -> str:
+    """Where the record is, as the command's idempotency key: the same record always makes the same command."""
+    return f"ingress/{mapping.name}/{record.topic}/{record.partition}/{record.offset}"
+
+
+def decode_value(mapping: IngressMapping, value: bytes | None) -> Any:
+    if value is None:
+        raise Unmappable("the record has no value (a tombstone)")
+    if mapping.format == "json":
+        try:
+            return json.loads(value)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise Unmappable(f"the value is not JSON: {exc}") from None
+    if value[:2] != AVRO_MAGIC or len(value) < 10:
+        raise Unmappable("the value is not Avro single-object encoded (no C3 01 header)")
+    if value[2:10] != mapping.avro_fingerprint:
+        raise Unmappable(f"the value was written with schema fingerprint {value[2:10].hex()}, not the mapping's "
+                         f"{mapping.avro_fingerprint.hex()}")
+    body = io.BytesIO(value[10:])
+    try:
+        decoded = schemaless_reader(body, mapping.avro_schema, None)
+    except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on corrupt input
+        raise Unmappable(f"the value is corrupt Avro: {type(exc).__name__}: {exc}") from None
+    if body.tell() != len(value) - 10:
+        raise Unmappable("trailing bytes after the Avro value")
+    return _jsonable(decoded)
+
+
+def _jsonable(value: Any) -> Any:
+    """Avro's richer values as JSON: bytes as base64, times as ISO 8601, decimals as strings."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    return value
+
+
+def _lookup(context: Mapping[str, Any], path: str) -> Any:
+    parts = path.split(".")
+    current: Any = context
+    for i, part in enumerate(parts):
+        here = ".".join(parts[: i + 1])
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and part.lstrip("-").isdigit() and -len(current) <= int(part) < len(current):
+            current = current[int(part)]
+        else:
+            raise Unmappable(f"the record has no {here}")
+        if current is None:
+            raise Unmappable(f"{here} is null")
+    return current
+
+
+def render(template: str, context: Mapping[str, Any]) -> str:
+    out = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is not None:
+            value = _lookup(context, name)
+            out.append(value if isinstance(value, str) else json.dumps(value, separators=(",", ":")))
+    return "".join(out)
+
+
+def context_of(mapping: IngressMapping, record: Record) -> dict[str, Any]:
+    headers: dict[str, str] = {}
+    for name, raw in record.headers:
+        try:
+            headers[name] = raw.decode() if raw is not None else ""
+        except UnicodeDecodeError:
+            continue  # a binary header cannot be used in a template; the others still can
+    try:
+        key = record.key.decode() if record.key is not None else None
+    except UnicodeDecodeError:
+        key = None
+    context: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset,
+                               "headers": headers, "value": decode_value(mapping, record.value)}
+    if key is not None:
+        context["key"] = key
+    return context
+
+
+def _payloads(mapping: IngressMapping, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if mapping.input == "none":
+        return []
+    value = context["value"] if mapping.input == "value" else _lookup(context, mapping.input)
+    return [{"metadata": {"encoding": JSON_ENCODING}, "data": json.dumps(value, separators=(",", ":")).encode()}]
+
+
+def _non_empty(mapping: IngressMapping, name: str, context: Mapping[str, Any]) -> str:
+    value = render(getattr(mapping, name), context)
+    if not value:
+        raise Unmappable(f"{name} {getattr(mapping, name)!r} renders empty")
+    return value
+
+
+def translate(mapping: IngressMapping, record: Record, shards: int, now_ms: int) -> Command:
+    """The one command `record` becomes; raises Unmappable (the dead letter's reason) when it cannot."""
+    context = context_of(mapping, record)
+    namespace = _non_empty(mapping, "namespace", context)
+    workflow_id = _non_empty(mapping, "workflow_id", context)
+    args = _payloads(mapping, context)
+    if mapping.action == "signal":
+        body: tuple[str, dict[str, Any]] = ("SignalWorkflowExecution", {
+            "signal_name": _non_empty(mapping, "signal", context), "input": args, "header": {}, "external": None})
+    else:
+        start = {
+            "workflow_type": _non_empty(mapping, "workflow_type", context),
+            "task_queue": _non_empty(mapping, "task_queue", context),
+            "input": args if mapping.action == "start" else [], "execution_timeout_ms": None,
+            "run_timeout_ms": None, "task_timeout_ms": 0, "id_reuse_policy": mapping.id_reuse_policy,
+            "id_conflict_policy": mapping.id_conflict_policy, "retry_policy": None, "memo": {},
+            "search_attributes": {}, "header": {}, "parent": None}
+        if mapping.action == "start":
+            body = ("StartWorkflowExecution", start)
+        else:
+            body = ("SignalWithStartWorkflowExecution", {
+                "start": start, "signal_name": _non_empty(mapping, "signal", context), "signal_input": args,
+                "signal_header": {}})
+    rid = request_id(mapping, record)
+    command = wire.command(namespace, workflow_id, body, request_id=rid, identity=f"ingress/{mapping.name}",
+                           time_ms=now_ms)
+    try:
+        value = codec.encode(wire.COMMAND, command)
+    except ValueError as exc:
+        raise Unmappable(f"the record makes no valid {body[0]}: {exc}") from None
+    if len(value) > MAX_RECORD_BYTES:
+        raise Unmappable(f"the {body[0]} command would be {len(value):,} bytes, above the "
+                         f"{MAX_RECORD_BYTES:,}-byte record limit")
+    key = workflow_key(namespace, workflow_id)
+    return Command(key.encode(), partition_for(key, shards), value, rid)
+
+
+def dead_letter_headers(mapping: IngressMapping, record: Record, reason: str) -> list[tuple[str, bytes]]:
+    """The source record's headers, and why and where from."""
+    return [*record.headers, ("ostinato.error", reason.encode()), ("ostinato.mapping", mapping.name.encode()),
+            ("ostinato.source", f"{record.topic}/{record.partition}/{record.offset}".encode())]

@@ -1,0 +1,212 @@
+"""Kafka ingress exactly once (issue 22): records of a source topic become workflows and signals while the server
+that runs the ingress is killed with SIGKILL three times. Every record becomes exactly one command (none twice on
+the commands topic), every order workflow starts once, every account gets its signals once and in order, and the
+records that do not map land on the dead-letter topic once each, with the reason.
+
+The short form runs in CI; `-m chaos_full` runs the issue's 10,000 records of each kind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from ostinato.infra.kafka import KafkaCluster
+from ostinato.kafka.clients import admin_client, reader
+from ostinato.schemas import codec
+from ostinato.schemas.keys import split_key
+from ostinato.schemas.topics import Topic, topic_name
+from ostinato.services.admin.checker import check_history, read_history
+from ostinato.services.admin.cluster import init_cluster
+from tests.tools.servers import ServerProcess
+from tests.tools.worker import TestWorker
+from tests.tools.workload import wait_closed
+
+SHARDS = 4
+SOURCE_PARTITIONS = 4
+QUEUE = "ingress"
+ACCOUNTS = 50
+BAD_EVERY = 500  # every 500th order record is not JSON: a dead letter
+
+
+def _config(path: Path, orders: str, events: str) -> Path:
+    path.write_text(f"""
+mappings:
+  - name: orders
+    topic: {orders}
+    action: start
+    workflow_id: "order-{{value.n}}"
+    workflow_type: done
+    task_queue: {QUEUE}
+  - name: accounts
+    topic: {events}
+    action: signal-with-start
+    workflow_id: "account-{{key}}"
+    workflow_type: idle
+    task_queue: {QUEUE}
+    signal: step
+    input: value.seq
+""")
+    return path
+
+
+def _produce(kafka: KafkaCluster, orders: str, events: str, count: int) -> tuple[int, int]:
+    """`count` order records (every BAD_EVERY-th one not JSON) and `count` account events, keyed by account, with
+    per-account sequence numbers; returns (good orders, bad orders)."""
+    admin = admin_client(kafka.bootstrap)
+    for future in admin.create_topics([NewTopic(t, SOURCE_PARTITIONS, 1) for t in (orders, events)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    bad = 0
+    for n in range(count):
+        if n % BAD_EVERY == BAD_EVERY - 1:
+            producer.produce(orders, b"{not json", str(n).encode())
+            bad += 1
+        else:
+            producer.produce(orders, json.dumps({"n": n}).encode(), str(n).encode())
+        producer.produce(events, json.dumps({"seq": n // ACCOUNTS}).encode(), str(n % ACCOUNTS).encode())
+        if n % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return count - bad, bad
+
+
+def _read_all(kafka: KafkaCluster, topic: str) -> list[Any]:
+    """Every committed record of `topic`, up to the ends as they are now."""
+    consumer = reader(kafka.bootstrap, f"ingress-test-{topic}")
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        out: list[Any] = []
+        done = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + 60
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, timeout=0.5):
+                if msg.error() is None:
+                    out.append(msg)
+                    if msg.offset() + 1 >= ends[msg.partition()]:
+                        done.add(msg.partition())
+                elif msg.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(msg.partition())
+        return out
+    finally:
+        consumer.close()
+
+
+def _taken(kafka: KafkaCluster, group: str, topic: str) -> tuple[int, int]:
+    """(records the group committed past, records on the topic)."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(SOURCE_PARTITIONS)]
+        committed = sum(max(0, tp.offset) for tp in consumer.committed(tps, timeout=30))
+        total = sum(consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in tps)
+        return committed, total
+    finally:
+        consumer.close()
+
+
+def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
+    init_cluster(kafka.bootstrap, prefix, shards=SHARDS)
+    orders, events = f"{prefix}-shop-orders", f"{prefix}-shop-events"
+    good, bad = _produce(kafka, orders, events, count)
+    config = _config(tmp_path / "ingress.yaml", orders, events)
+    server = ServerProcess(kafka.bootstrap, prefix, tmp_path / "data", tmp_path / "server.log",
+                           extra_args=("--ingress", str(config))).start()
+    group = f"{prefix}-ingress-orders"
+    kills = 0
+    try:
+        with TestWorker(kafka.bootstrap, prefix, SHARDS, QUEUE):
+            # Three SIGKILLs while the records are being taken: at a fifth, two fifths and three fifths.
+            for share in (0.2, 0.4, 0.6):
+                deadline = time.monotonic() + 180
+                while (taken := _taken(kafka, group, orders))[0] < share * taken[1]:
+                    server.check_alive()
+                    assert time.monotonic() < deadline, f"ingress stalled at {taken}: {server.tail()}"
+                    time.sleep(0.05)
+                assert taken[0] < taken[1], "the ingress took every record before the kill: make the run longer"
+                server.kill()
+                kills += 1
+                server.start()
+            deadline = time.monotonic() + 300
+            while any(a < b for a, b in (_taken(kafka, group, orders),
+                                         _taken(kafka, f"{prefix}-ingress-accounts", events))):
+                server.check_alive()
+                assert time.monotonic() < deadline, server.tail()
+                time.sleep(0.5)
+            order_ids = [f"order-{n}" for n in range(count) if n % BAD_EVERY != BAD_EVERY - 1]
+            closed = wait_closed(kafka.bootstrap, prefix, order_ids, timeout=300)
+            assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": good}
+            _wait_signals(kafka, prefix, count)
+    finally:
+        server.stop()
+    assert kills == 3
+
+    # The commands topic: each source record made exactly one command.
+    commands = [codec.decode(m.value())[1] for m in _read_all(kafka, topic_name(prefix, Topic.COMMANDS))]
+    by_mapping = defaultdict(Counter)
+    for command in commands:
+        if command["identity"].startswith("ingress/"):
+            by_mapping[command["identity"]][command["request_id"]] += 1
+    assert len(by_mapping["ingress/orders"]) == good and set(by_mapping["ingress/orders"].values()) == {1}
+    assert len(by_mapping["ingress/accounts"]) == count and set(by_mapping["ingress/accounts"].values()) == {1}
+
+    # History: one run per order and per account, signals once each and in order per account.
+    report = check_history(kafka.bootstrap, prefix, timeout=60)
+    assert report.ok, report.problems[:20]
+    assert report.runs == good + ACCOUNTS
+
+    # Dead letters: each bad record once, with the reason.
+    letters = _read_all(kafka, f"{orders}.dlq")
+    assert sorted(int(m.key()) for m in letters) == [n for n in range(count) if n % BAD_EVERY == BAD_EVERY - 1]
+    assert len(letters) == bad
+    for letter in letters:
+        headers = dict(letter.headers() or [])
+        assert headers["ostinato.error"].startswith(b"the value is not JSON"), headers
+        assert headers["ostinato.mapping"] == b"orders"
+
+
+def _signals(kafka: KafkaCluster, prefix: str) -> dict[str, list[int]]:
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for key, value in read_history(kafka.bootstrap, prefix):
+        if value is None:
+            continue
+        workflow_id = split_key(key)[1]
+        if not workflow_id.startswith("account-"):
+            continue
+        _, event = codec.decode(value)
+        if event["event_type"] == "WORKFLOW_EXECUTION_SIGNALED":
+            seqs[workflow_id].append(json.loads(event["attributes"][1]["input"][0]["data"]))
+    return seqs
+
+
+def _wait_signals(kafka: KafkaCluster, prefix: str, count: int) -> None:
+    deadline = time.monotonic() + 300
+    while True:
+        seqs = _signals(kafka, prefix)
+        seen = sum(len(s) for s in seqs.values())
+        if seen >= count:
+            break
+        assert time.monotonic() < deadline, f"{seen} of {count} signals in history"
+        time.sleep(1)
+    per_account = count // ACCOUNTS
+    assert sorted(seqs) == sorted(f"account-{a}" for a in range(ACCOUNTS))
+    for account, received in seqs.items():
+        assert received == list(range(per_account)), f"{account}: {received[:20]}..."
+
+
+def test_ingress_is_exactly_once_across_three_kills(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
+    _run(kafka, topic_prefix, tmp_path, count=2_000)
+
+
+@pytest.mark.chaos_full
+def test_ingress_is_exactly_once_across_three_kills_full(kafka: KafkaCluster, topic_prefix: str,
+                                                         tmp_path: Path) -> None:
+    _run(kafka, topic_prefix, tmp_path, count=10_000)
