@@ -1,4 +1,5 @@
-"""Exporters: visibility to OpenSearch or embedded SQLite (one query language), archival of closed runs to S3.
+"""Connectors: visibility to OpenSearch or embedded SQLite (one query language), archival of closed runs to S3,
+and Kafka ingress.
 
-Kafka ingress (start and signal workflows from any topic) is planned (issue 22); nothing here does it yet.
+Kafka ingress (`ingress.py`): records of any topic start and signal workflows, exactly once.
 """

@@ -42,6 +42,7 @@ class Role(StrEnum):
     SERVER = "server"  # `ostinato server` (processor, frontend, connectors) and its set-up commands
     WORKER = "worker"  # the workers of one task queue
     AUDITOR = "auditor"  # reads the history topic, writes nothing
+    INGRESS = "ingress"  # Kafka ingress mappings (`--ingress FILE`), in a server or on their own
 
 
 class Resource(StrEnum):
@@ -71,13 +72,31 @@ class Grant:
     why: str
 
 
-def role_grants(role: Role, prefix: str, queue: str = "") -> list[Grant]:
-    """What `role` needs on the cluster of `prefix` (a worker: of `queue`). READ, WRITE and the other operations each
-    imply DESCRIBE in Kafka, so DESCRIBE is listed only where nothing else is granted.
+@dataclass(frozen=True)
+class IngressTopics:
+    """What an ingress mapping touches outside the cluster's own topics."""
+
+    name: str
+    source: str
+    dead_letters: str
+
+
+def role_grants(role: Role, prefix: str, queue: str = "", ingress: Sequence[IngressTopics] = ()) -> list[Grant]:
+    """What `role` needs on the cluster of `prefix` (a worker: of `queue`; the ingress: of its mappings). READ, WRITE
+    and the other operations each imply DESCRIBE in Kafka, so DESCRIBE is listed only where nothing else is granted.
 
     Raises:
-        ValueError: a worker without a valid queue name, or a queue given for another role.
+        ValueError: a worker without a valid queue name, an ingress without mappings, or a queue or mappings given
+            for another role.
     """
+    if role is Role.INGRESS:
+        if not ingress:
+            raise ValueError("the ingress role's ACLs are per mapping: give --ingress FILE")
+        if queue:
+            raise ValueError("--queue is for the worker role, not ingress")
+        return _ingress(prefix, ingress)
+    if ingress:
+        raise ValueError(f"--ingress is for the ingress role, not {role.value}")
     if role is Role.WORKER:
         problem = task_queue_problem(queue) if queue else "a worker's ACLs are per task queue: give --queue"
         if problem:
@@ -120,6 +139,28 @@ def _worker(prefix: str, queue: str) -> list[Grant]:
         Grant(Resource.GROUP, Pattern.LITERAL, reader_group(group), ("DESCRIBE",),
               "its replies reader (assigned by hand, never joins the group)"),
     ]
+
+
+def _ingress(prefix: str, mappings: Sequence[IngressTopics]) -> list[Grant]:
+    grants = [
+        Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.COMMANDS), ("WRITE",),
+              "the commands each record becomes"),
+        Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.CLUSTER), ("READ",),
+              "the cluster's settings (shard count), read at start"),
+        Grant(Resource.GROUP, Pattern.LITERAL, reader_group(f"{prefix}-cluster-reader"), ("DESCRIBE",),
+              "the settings reader (assigned by hand, never joins the group)"),
+    ]
+    for m in mappings:
+        grants += [
+            Grant(Resource.TOPIC, Pattern.LITERAL, m.source, ("READ",), f"mapping {m.name}: its source records"),
+            Grant(Resource.TOPIC, Pattern.LITERAL, m.dead_letters, ("WRITE", "CREATE"),
+                  f"mapping {m.name}: records that do not map (created at start when missing)"),
+            Grant(Resource.GROUP, Pattern.LITERAL, f"{prefix}-ingress-{m.name}", ("READ",),
+                  f"mapping {m.name}: its consumer group, whose offsets commit with its transactions"),
+            Grant(Resource.TRANSACTIONAL_ID, Pattern.PREFIXED, f"{prefix}-ingress-{m.name}-", ("WRITE",),
+                  f"mapping {m.name}: its transactions (one id per server or `--instance`)"),
+        ]
+    return grants
 
 
 def _auditor(prefix: str) -> list[Grant]:

@@ -19,6 +19,7 @@ from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.acls import (
     AclError,
     Grant,
+    IngressTopics,
     Role,
     bindings,
     delete_scram_user,
@@ -45,8 +46,10 @@ class Format(StrEnum):
     COMMANDS = "commands"  # kafka-acls.sh lines
 
 
-RoleOpt = Annotated[Role, typer.Option("--role", help="server, worker or auditor.")]
+RoleOpt = Annotated[Role, typer.Option("--role", help="server, worker, auditor or ingress.")]
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", help="The task queue (worker role only).")]
+IngressOpt = Annotated[Path | None, typer.Option("--ingress", exists=True, dir_okay=False,
+                                                 help="The ingress file (ingress role only).")]
 PrincipalOpt = Annotated[str, typer.Option("--principal", "-p",
                                            help="Whom to grant: a SCRAM user name, or a principal (User:CN=...).")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for Kafka.")]
@@ -55,18 +58,25 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait fo
 T = TypeVar("T")
 
 
-def _grants(role: Role, prefix: str, queue: str) -> list[Grant]:
+def _grants(role: Role, prefix: str, queue: str, ingress: Path | None = None) -> list[Grant]:
     try:
-        return role_grants(role, prefix, queue)
+        return role_grants(role, prefix, queue, _ingress_topics(ingress) if ingress is not None else ())
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from None
+
+
+def _ingress_topics(path: Path) -> list[IngressTopics]:
+    from ostinato.connectors.ingress_mapping import load  # MappingError is a ValueError: reported by _grants
+
+    return [IngressTopics(m.name, m.topic, m.dead_letters) for m in load(path)]
 
 
 @app.command("print")
 def print_acls(
     role: RoleOpt,
     queue: QueueOpt = "",
+    ingress: IngressOpt = None,
     principal: PrincipalOpt = "",
     prefix: PrefixOpt = DEFAULT_PREFIX,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
@@ -74,7 +84,7 @@ def print_acls(
     Format.TABLE,
 ) -> None:
     """The ACLs a role needs, without touching Kafka."""
-    grants = _grants(role, prefix, queue)
+    grants = _grants(role, prefix, queue, ingress)
     if output is Format.JSON:
         print(json.dumps([dataclasses.asdict(g) for g in grants], indent=2))
         return
@@ -98,6 +108,7 @@ def grant_acls(
     role: RoleOpt,
     principal: PrincipalOpt,
     queue: QueueOpt = "",
+    ingress: IngressOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
     kafka_config: KafkaConfigOpt = None,
@@ -105,7 +116,7 @@ def grant_acls(
 ) -> None:
     """Create the role's ACLs for a principal (as a user allowed to alter ACLs, e.g. the broker's super user)."""
     use_kafka_config(kafka_config)
-    acls = bindings(_grants(role, prefix, queue), principal)
+    acls = bindings(_grants(role, prefix, queue, ingress), principal)
     admin = admin_client(kafka)
     wait_for_brokers(admin, kafka, timeout)
     _run(lambda: grant(admin, acls, timeout))
@@ -117,6 +128,7 @@ def revoke_acls(
     role: RoleOpt,
     principal: PrincipalOpt,
     queue: QueueOpt = "",
+    ingress: IngressOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
     kafka_config: KafkaConfigOpt = None,
@@ -124,7 +136,7 @@ def revoke_acls(
 ) -> None:
     """Delete exactly the role's ACLs of a principal (others it holds stay)."""
     use_kafka_config(kafka_config)
-    acls = bindings(_grants(role, prefix, queue), principal)
+    acls = bindings(_grants(role, prefix, queue, ingress), principal)
     admin = admin_client(kafka)
     wait_for_brokers(admin, kafka, timeout)
     removed = _run(lambda: revoke(admin, acls, timeout))

@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import NewTopic
 
 from ostinato import activity, workflow
 from ostinato.client import Client
@@ -258,3 +261,74 @@ def test_wrong_credentials_say_so_without_the_password(sasl_kafka: KafkaCluster)
     plain = run_cli("cluster", "status", "--kafka", sasl_kafka.bootstrap, "--timeout", "5",
                     env={k: v for k, v in os.environ.items() if not k.startswith("OSTINATO_KAFKA")}, timeout=60)
     assert plain.returncode == 1 and "needs --kafka-config" in plain.stderr
+
+
+def test_an_ingress_runs_on_its_own_role(sasl_kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
+    """`ostinato ingress run` as a principal granted only the ingress role of its file (`acl grant --role ingress
+    --ingress FILE`): records start workflows, a bad one is a dead letter, and the broker refuses it nothing."""
+    kafka = sasl_kafka
+    server_user, ingress_user = f"{topic_prefix}-server", f"{topic_prefix}-ingress"
+    server, ingress = _user(kafka, server_user), _user(kafka, ingress_user)
+    _grant(kafka, Role.SERVER, topic_prefix, server_user)
+    source = f"{topic_prefix}-shop-orders"
+    config = tmp_path / "ingress.yaml"
+    config.write_text(f"""
+mappings:
+  - name: orders
+    topic: {source}
+    action: start
+    workflow_id: "order-{{value.n}}"
+    workflow_type: Pack
+    task_queue: {QUEUE}
+""")
+    granted = run_cli("acl", "grant", "--role", "ingress", "--ingress", str(config), "--principal", ingress_user,
+                      "--prefix", topic_prefix, "--kafka", kafka.bootstrap, "--kafka-config",
+                      str(_properties(tmp_path / "admin.properties", kafka.admin_security())))
+    assert granted.returncode == 0, granted.stdout + granted.stderr
+    server_props = _properties(tmp_path / "server.properties", server)
+    init = run_cli("cluster", "init", "--kafka", kafka.bootstrap, "--prefix", topic_prefix, "--shards", str(SHARDS),
+                   "--kafka-config", str(server_props))
+    assert init.returncode == 0, init.stderr
+    admin = admin_client(kafka.bootstrap, kafka.admin_security())
+    for future in admin.create_topics([NewTopic(source, 2, 1)]).values():
+        future.result(30)
+    producer = Producer(base_config(kafka.bootstrap, "test-shop", kafka.admin_security()))
+    for n in range(5):
+        producer.produce(source, json.dumps({"n": n}).encode(), str(n).encode())
+    producer.produce(source, b"{oops", b"bad")
+    assert producer.flush(30) == 0
+
+    srv = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
+                        extra_args=("--kafka-config", str(server_props))).start()
+    runner = subprocess.Popen([sys.executable, "-m", "ostinato", "ingress", "run", str(config),
+                               "--kafka", kafka.bootstrap, "--prefix", topic_prefix, "--instance", "t1",
+                               "--kafka-config", str(_properties(tmp_path / "ingress.properties", ingress))],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        srv.wait_owning(SHARDS)
+        deadline = time.monotonic() + 90
+        missing = [f"order-{n}" for n in range(5)]
+        while missing and time.monotonic() < deadline:
+            missing = [wf for wf in missing if srv.get(f"/api/v1/namespaces/default/workflows/{wf}")[0] != 200]
+            time.sleep(0.3)
+        assert not missing, f"not started: {missing}"
+    finally:
+        runner.terminate()
+        output = runner.communicate(timeout=60)[0].decode(errors="replace")
+        srv.stop()
+    assert runner.returncode == 0, output
+    assert _denials(kafka, ingress_user) == set()
+    reader_ = Consumer({**base_config(kafka.bootstrap, "test-dlq", kafka.admin_security()), "group.id": "test-dlq",
+                        "auto.offset.reset": "earliest"})
+    try:
+        reader_.subscribe([f"{source}.dlq"])
+        deadline = time.monotonic() + 30
+        letter = None
+        while letter is None and time.monotonic() < deadline:
+            msg = reader_.poll(0.5)
+            letter = msg if msg is not None and msg.error() is None else None
+    finally:
+        reader_.close()
+    assert letter is not None and letter.key() == b"bad"
+    assert dict(letter.headers())["ostinato.error"].startswith(b"the value is not JSON")
+    assert ingress["sasl.password"] not in output
