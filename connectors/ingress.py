@@ -24,16 +24,17 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ostinato.connectors.ingress_mapping import (
+    IngressConfig,
     IngressMapping,
     Record,
     Unmappable,
     dead_letter_headers,
     translate,
 )
+from ostinato.connectors.outcomes import OutcomeSource, OutcomeStream, ensure_topic, outcome_counter
 from ostinato.kafka.clients import admin_client, base_config
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
@@ -203,29 +204,29 @@ def lag_of(consumer: KafkaConsumer) -> int:
 
 def ensure_dead_letter_topic(bootstrap: str, mapping: IngressMapping, replication: int) -> None:
     """Create the dead-letter topic (as many partitions as the source) if it does not exist yet."""
-    admin = admin_client(bootstrap)
-    topics = admin.list_topics(timeout=OPERATION_TIMEOUT_S).topics
-    if mapping.dead_letters in topics:
-        return
+    topics = admin_client(bootstrap).list_topics(timeout=OPERATION_TIMEOUT_S).topics
     source = topics.get(mapping.topic)
     partitions = len(source.partitions) if source is not None and source.partitions else 1
-    futures = admin.create_topics([NewTopic(mapping.dead_letters, partitions, replication)])
-    for future in futures.values():
-        try:
-            future.result(OPERATION_TIMEOUT_S)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+    ensure_topic(bootstrap, mapping.dead_letters, partitions, replication)
 
 
 class Ingress:
-    """Every mapping of an ingress file, each in its own thread."""
+    """Every mapping and outcomes stream of an ingress file, each in its own thread. `outcome_source` reads a closed
+    run's outcome from the cluster's API (needed only when the file has `outcomes:`)."""
 
-    def __init__(self, bootstrap: str, settings: ClusterSettings, mappings: Sequence[IngressMapping],
-                 instance: str, registry: CollectorRegistry,
-                 on_failure: Callable[[str, BaseException], None] | None = None) -> None:
+    def __init__(self, bootstrap: str, settings: ClusterSettings, config: IngressConfig, instance: str,
+                 registry: CollectorRegistry, on_failure: Callable[[str, BaseException], None] | None = None,
+                 outcome_source: OutcomeSource | None = None) -> None:
         metrics = IngressMetrics(registry)
-        self.runners = [MappingRunner(bootstrap, settings, m, instance, metrics, on_failure) for m in mappings]
+        self.runners: list[MappingRunner | OutcomeStream] = [
+            MappingRunner(bootstrap, settings, m, instance, metrics, on_failure) for m in config.mappings]
+        if config.outcomes:
+            if outcome_source is None:
+                raise ValueError("outcomes streams need a source of outcomes (the cluster's API)")
+            counter = outcome_counter(registry)
+            self.runners += [OutcomeStream(bootstrap, settings.topic_prefix, spec, instance, outcome_source, counter,
+                                           settings.shards, settings.replication_factor, on_failure)
+                             for spec in config.outcomes]
 
     def start(self) -> Ingress:
         for runner in self.runners:

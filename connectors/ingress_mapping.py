@@ -41,6 +41,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
 
+from ostinato.connectors.outcomes import OutcomesError, OutcomeSpec
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES
@@ -115,8 +116,16 @@ class Command:
     request_id: str
 
 
-def load(path: Path) -> list[IngressMapping]:
-    """The mappings of an ingress file; MappingError names what is wrong."""
+@dataclass(frozen=True)
+class IngressConfig:
+    """An ingress file: mappings (records in) and outcomes streams (closed runs out)."""
+
+    mappings: list[IngressMapping]
+    outcomes: list[OutcomeSpec]
+
+
+def load(path: Path) -> IngressConfig:
+    """An ingress file; MappingError names what is wrong."""
     import yaml  # the one user-written YAML file of the product
 
     try:
@@ -126,15 +135,26 @@ def load(path: Path) -> list[IngressMapping]:
     return parse(document, base=Path(path).parent, source=str(path))
 
 
-def parse(document: Any, base: Path = Path(), source: str = "the ingress config") -> list[IngressMapping]:
-    if not isinstance(document, dict) or not isinstance(document.get("mappings"), list) or not document["mappings"]:
-        raise MappingError(f"{source}: expected a `mappings:` list with at least one mapping")
-    mappings = [_mapping(entry, i, base, source) for i, entry in enumerate(document["mappings"])]
-    names = [m.name for m in mappings]
-    for name in names:
-        if names.count(name) > 1:
-            raise MappingError(f"{source}: two mappings are named {name!r}; names key consumer groups and request ids")
-    return mappings
+def parse(document: Any, base: Path = Path(), source: str = "the ingress config") -> IngressConfig:
+    if not isinstance(document, dict) or not (document.get("mappings") or document.get("outcomes")):
+        raise MappingError(f"{source}: expected a `mappings:` list, an `outcomes:` list, or both")
+    unknown = sorted(set(document) - {"mappings", "outcomes"})
+    if unknown:
+        raise MappingError(f"{source}: unknown section(s) {', '.join(unknown)} (known: mappings, outcomes)")
+    for section in ("mappings", "outcomes"):
+        if not isinstance(document.get(section, []), list):
+            raise MappingError(f"{source}: `{section}:` must be a list")
+    mappings = [_mapping(entry, i, base, source) for i, entry in enumerate(document.get("mappings") or [])]
+    try:
+        outcomes = [OutcomeSpec.parse(entry, f"{source}, outcomes {i + 1}")
+                    for i, entry in enumerate(document.get("outcomes") or [])]
+    except OutcomesError as exc:
+        raise MappingError(str(exc)) from None
+    for kind, names in (("mappings", [m.name for m in mappings]), ("outcomes streams", [o.name for o in outcomes])):
+        for name in names:
+            if names.count(name) > 1:
+                raise MappingError(f"{source}: two {kind} are named {name!r}; names key consumer groups")
+    return IngressConfig(mappings, outcomes)
 
 
 def _mapping(entry: Any, index: int, base: Path, source: str) -> IngressMapping:

@@ -141,7 +141,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.streams.config import Config
 
     check_port_free(port, host, what="the Ostinato API")
-    mappings = _ingress_mappings(ingress) if ingress is not None else []
+    mappings = _ingress_mappings(ingress) if ingress is not None else None
     endpoint = advertise or f"{'https' if ssl_context else 'http'}://{host}:{port}"
     ownership = OwnershipTable(ctx.bootstrap, ctx.settings.topic_prefix).start()
     if not ownership.caught_up.wait(30):  # namespaces' retention must be known before any shard restores
@@ -213,13 +213,19 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     if archive_uri and archiver:
         _install_archival(app, ctx, archive_uri, endpoint, auth)
     running_ingress = None
-    if mappings:
+    if mappings is not None:
         from ostinato.connectors.ingress import Ingress
+        from ostinato.services.admin.archival import OutcomeOverApi
 
         instance = owner_id_of((data_dir or default_data_dir()) / ctx.settings.topic_prefix)
+        token = (auth.reader_of_everything() or "") if auth is not None else ""
+        if mappings.outcomes and auth is not None and not token:
+            raise ClusterError("outcomes streams read results through the API: the auth config needs a token that "
+                               'is at least a reader of "*"')
         running_ingress = Ingress(ctx.bootstrap, ctx.settings, mappings, instance, REGISTRY,
-                                  on_failure=lambda name, exc: part_failed(f"ingress mapping {name}",
-                                                                           "stopped with an error", exc))
+                                  on_failure=lambda name, exc: part_failed(f"ingress {name}", "stopped with an error",
+                                                                           exc),
+                                  outcome_source=OutcomeOverApi(endpoint, token))
         running_ingress.start()
     try:
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
@@ -235,7 +241,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         raise SystemExit(1)
 
 
-def _ingress_mappings(path: Path) -> list[Any]:
+def _ingress_mappings(path: Path) -> Any:
     from ostinato.connectors.ingress_mapping import MappingError, load
 
     try:

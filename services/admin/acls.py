@@ -79,6 +79,7 @@ class IngressTopics:
     name: str
     source: str
     dead_letters: str
+    outcomes: str = ""  # an outcomes stream (source and dead letters empty): the topic it writes
 
 
 def role_grants(role: Role, prefix: str, queue: str = "", ingress: Sequence[IngressTopics] = ()) -> list[Grant]:
@@ -151,6 +152,18 @@ def _ingress(prefix: str, mappings: Sequence[IngressTopics]) -> list[Grant]:
               "the settings reader (assigned by hand, never joins the group)"),
     ]
     for m in mappings:
+        if m.outcomes:
+            grants += [
+                Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.VISIBILITY), ("READ",),
+                      f"outcomes {m.name}: the closing records it reports"),
+                Grant(Resource.TOPIC, Pattern.LITERAL, m.outcomes, ("WRITE", "CREATE"),
+                      f"outcomes {m.name}: one record per closed run (created at start when missing)"),
+                Grant(Resource.GROUP, Pattern.LITERAL, f"{prefix}-outcomes-{m.name}", ("READ",),
+                      f"outcomes {m.name}: its consumer group, whose offsets commit with its transactions"),
+                Grant(Resource.TRANSACTIONAL_ID, Pattern.PREFIXED, f"{prefix}-outcomes-{m.name}-", ("WRITE",),
+                      f"outcomes {m.name}: its transactions"),
+            ]
+            continue
         grants += [
             Grant(Resource.TOPIC, Pattern.LITERAL, m.source, ("READ",), f"mapping {m.name}: its source records"),
             Grant(Resource.TOPIC, Pattern.LITERAL, m.dead_letters, ("WRITE", "CREATE"),

@@ -67,6 +67,16 @@ class HistoryOverApi:
             raise OSError(f"GET {url}: HTTP {exc.code} {exc.read()[:300]!r}") from None
 
 
+class OutcomeOverApi(HistoryOverApi):
+    """`OutcomeSource` of the outcomes streams (`connectors/outcomes.py`): `GET .../result?follow=false` of a closed
+    run from a server of the cluster (redirects to the owner followed); None when the run no longer exists."""
+
+    def __call__(self, namespace: str, workflow_id: str, run_id: str) -> dict[str, Any] | None:  # type: ignore[override]
+        query = urlencode({"run_id": run_id, "follow": "false", "timeout_ms": 10_000})
+        return self._get(f"{self.base_url}/api/v1/namespaces/{quote(namespace, safe='')}/workflows/"
+                         f"{quote(workflow_id, safe='')}/result?{query}")
+
+
 async def archived_history(request: web.Request) -> web.Response:
     """A run's history from its archive (after retention deleted it from the cluster): the JSON of `/history`."""
     archive = request.app.get(ARCHIVE)

@@ -69,7 +69,9 @@ def _grants(role: Role, prefix: str, queue: str, ingress: Path | None = None) ->
 def _ingress_topics(path: Path) -> list[IngressTopics]:
     from ostinato.connectors.ingress_mapping import load  # MappingError is a ValueError: reported by _grants
 
-    return [IngressTopics(m.name, m.topic, m.dead_letters) for m in load(path)]
+    config = load(path)
+    return [*(IngressTopics(m.name, m.topic, m.dead_letters) for m in config.mappings),
+            *(IngressTopics(o.name, "", "", outcomes=o.topic) for o in config.outcomes)]
 
 
 @app.command("print")

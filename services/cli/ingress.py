@@ -18,6 +18,7 @@ from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.cli.check import DEFAULT_BOOTSTRAP, KafkaOpt, PrefixOpt
 from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
+from ostinato.services.server import DEFAULT_API_PORT
 
 app = typer.Typer(help="Start and signal workflows from records of any Kafka topic, exactly once.",
                   no_args_is_help=True)
@@ -27,7 +28,7 @@ ConfigArg = Annotated[Path, typer.Argument(help="The ingress file (YAML: a `mapp
                                            exists=True, dir_okay=False)]
 
 
-def _load(config: Path) -> list[Any]:
+def _load(config: Path) -> Any:
     from ostinato.connectors.ingress_mapping import MappingError, load
 
     try:
@@ -48,6 +49,11 @@ def run(
         help="This process's stable name (part of its transactional ids): the same name after a restart aborts "
              "the crashed incarnation's open transaction at once. Unique per running process.")] = "ingress-0",
     metrics_port: Annotated[int, typer.Option("--metrics-port", help="Serve /metrics here (0: none).")] = 0,
+    server: Annotated[str, typer.Option("--server", envvar="OSTINATO_SERVER",
+                                        help="A server of the cluster, for the outcomes streams' results.")] =
+    f"http://127.0.0.1:{DEFAULT_API_PORT}",
+    token: Annotated[str, typer.Option("--token", envvar="OSTINATO_TOKEN",
+                                       help="API token (a reader of every namespace) when auth is on.")] = "",
 ) -> None:
     """Run the mappings until SIGINT/SIGTERM (`ostinato server --ingress FILE` runs them inside a server)."""
     from prometheus_client import REGISTRY, start_http_server
@@ -67,8 +73,11 @@ def run(
         start_http_server(metrics_port)
     failed = threading.Event()
     done = threading.Event()
+    from ostinato.services.admin.archival import OutcomeOverApi
+
     ingress = Ingress(kafka, settings, mappings, instance, REGISTRY,
-                      on_failure=lambda name, exc: (failed.set(), done.set()))
+                      on_failure=lambda name, exc: (failed.set(), done.set()),
+                      outcome_source=OutcomeOverApi(server, token))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     ingress.start()
@@ -106,10 +115,10 @@ def check(
     any sample would be a dead letter."""
     from ostinato.connectors.ingress_mapping import Unmappable, translate
 
-    mappings = _load(config)
+    mappings = _load(config).mappings
     chosen = [m for m in mappings if not mapping_name or m.name == mapping_name]
     if not chosen:
-        err_console.print(f"[red]error:[/red] no mapping {mapping_name!r} in {config}")
+        err_console.print(f"[red]error:[/red] no mapping {mapping_name or ''!r} in {config}")
         raise typer.Exit(2)
     mapping = chosen[0]
     dead = 0

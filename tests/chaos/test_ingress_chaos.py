@@ -1,7 +1,8 @@
 """Kafka ingress exactly once (issue 22): records of a source topic become workflows and signals while the server
 that runs the ingress is killed with SIGKILL three times. Every record becomes exactly one command (none twice on
-the commands topic), every order workflow starts once, every account gets its signals once and in order, and the
-records that do not map land on the dead-letter topic once each, with the reason.
+the commands topic), every order workflow starts once, every account gets its signals once and in order, the
+records that do not map land on the dead-letter topic once each, with the reason, and every completed order's
+outcome is on the outcomes topic once (a Kafka shop's path: a topic of orders -> workflows -> orders completed).
 
 The short form runs in CI; `-m chaos_full` runs the issue's 10,000 records of each kind.
 """
@@ -36,8 +37,12 @@ ACCOUNTS = 50
 BAD_EVERY = 500  # every 500th order record is not JSON: a dead letter
 
 
-def _config(path: Path, orders: str, events: str) -> Path:
+def _config(path: Path, orders: str, events: str, completed: str) -> Path:
     path.write_text(f"""
+outcomes:
+  - name: completed
+    topic: {completed}
+    workflow_types: [done]
 mappings:
   - name: orders
     topic: {orders}
@@ -117,7 +122,8 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
     init_cluster(kafka.bootstrap, prefix, shards=SHARDS)
     orders, events = f"{prefix}-shop-orders", f"{prefix}-shop-events"
     good, bad = _produce(kafka, orders, events, count)
-    config = _config(tmp_path / "ingress.yaml", orders, events)
+    completed = f"{prefix}-orders-completed"
+    config = _config(tmp_path / "ingress.yaml", orders, events, completed)
     server = ServerProcess(kafka.bootstrap, prefix, tmp_path / "data", tmp_path / "server.log",
                            extra_args=("--ingress", str(config))).start()
     group = f"{prefix}-ingress-orders"
@@ -145,6 +151,7 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
             closed = wait_closed(kafka.bootstrap, prefix, order_ids, timeout=300)
             assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": good}
             _wait_signals(kafka, prefix, count)
+            _wait_outcomes(kafka, completed, good)
     finally:
         server.stop()
     assert kills == 3
@@ -163,6 +170,13 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
     assert report.ok, report.problems[:20]
     assert report.runs == good + ACCOUNTS
 
+    # The outcomes stream: each completed order once, with its result.
+    outcomes = [json.loads(m.value()) for m in _read_all(kafka, completed)]
+    assert Counter(o["workflow_id"] for o in outcomes) == Counter(order_ids)
+    for outcome in outcomes:
+        assert outcome["status"] == "COMPLETED" and outcome["workflow_type"] == "done", outcome
+        assert outcome["result"] == {"n": int(outcome["workflow_id"].removeprefix("order-"))}, outcome
+
     # Dead letters: each bad record once, with the reason.
     letters = _read_all(kafka, f"{orders}.dlq")
     assert sorted(int(m.key()) for m in letters) == [n for n in range(count) if n % BAD_EVERY == BAD_EVERY - 1]
@@ -171,6 +185,13 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
         headers = dict(letter.headers() or [])
         assert headers["ostinato.error"].startswith(b"the value is not JSON"), headers
         assert headers["ostinato.mapping"] == b"orders"
+
+
+def _wait_outcomes(kafka: KafkaCluster, topic: str, count: int) -> None:
+    deadline = time.monotonic() + 300
+    while (seen := len(_read_all(kafka, topic))) < count:
+        assert time.monotonic() < deadline, f"{seen} of {count} outcomes on {topic}"
+        time.sleep(1)
 
 
 def _signals(kafka: KafkaCluster, prefix: str) -> dict[str, list[int]]:

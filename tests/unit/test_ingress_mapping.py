@@ -27,7 +27,7 @@ START = {"name": "orders", "topic": "shop.orders", "action": "start", "workflow_
 
 
 def _one(**changes: object) -> object:
-    return parse({"mappings": [{**START, **changes}]})[0]
+    return parse({"mappings": [{**START, **changes}]}).mappings[0]
 
 
 def _record(value: object, key: str | None = None, headers: dict[str, str] | None = None, offset: int = 7) -> Record:
@@ -120,7 +120,7 @@ def test_avro_single_object_values(tmp_path: Path) -> None:
     (tmp_path / "ingress.yaml").write_text(
         "mappings:\n  - name: orders\n    topic: shop.orders\n    action: start\n    workflow_id: 'order-{value.id}'\n"
         "    workflow_type: OrderWorkflow\n    task_queue: orders\n    format: avro\n    schema: order.avsc\n")
-    mapping = load(tmp_path / "ingress.yaml")[0]
+    mapping = load(tmp_path / "ingress.yaml").mappings[0]
     out = io.BytesIO()
     schemaless_writer(out, parse_schema(schema), {"id": 7, "sku": "A"})
     value = b"\xc3\x01" + codec.fingerprint(codec.canonical_form(schema, {})) + out.getvalue()
@@ -155,3 +155,36 @@ def test_a_file_without_mappings_or_with_twins_is_refused() -> None:
         parse({"mapping": []})
     with pytest.raises(MappingError, match="two mappings"):
         parse({"mappings": [START, START]})
+
+
+def test_outcomes_streams_are_read_beside_the_mappings() -> None:
+    config = parse({"outcomes": [{"name": "done", "topic": "orders.completed", "workflow_types": ["Order"]}]})
+    assert config.mappings == []
+    (spec,) = config.outcomes
+    assert (spec.name, spec.topic, spec.namespace, spec.workflow_types) == ("done", "orders.completed", "default",
+                                                                           ("Order",))
+    closed = {"namespace": "default", "workflow_type": "Order", "close_time_ms": 5}
+    assert spec.wants(closed)
+    assert not spec.wants({**closed, "close_time_ms": None})  # still running
+    assert not spec.wants({**closed, "workflow_type": "Other"})
+    assert not spec.wants({**closed, "namespace": "eu"})
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"topic": "t"}, "`name` is required"),
+    ({"name": "n", "topic": "t", "colour": 1}, "unknown setting"),
+    ({"name": "n", "topic": "t", "workflow_types": "Order"}, "list of workflow type names"),
+])
+def test_outcomes_mistakes_are_refused_at_start(entry: dict, message: str) -> None:
+    with pytest.raises(MappingError, match=message):
+        parse({"outcomes": [entry]})
+
+
+def test_an_outcome_record_is_the_close_with_its_result() -> None:
+    from ostinato.connectors.outcomes import outcome_record
+
+    visibility = {"namespace": "default", "workflow_id": "order-1", "run_id": "r1", "workflow_type": "Order",
+                  "task_queue": "orders", "status": "COMPLETED", "start_time_ms": 1, "close_time_ms": 2}
+    key, value, status = outcome_record(visibility, {"run_id": "r1", "status": "COMPLETED", "result": {"ok": True}})
+    assert key == b"default/order-1" and status == "COMPLETED"
+    assert json.loads(value) == {**visibility, "result": {"ok": True}}
