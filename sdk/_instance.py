@@ -51,6 +51,7 @@ _EVENT_OF = {command_type(name): event for name, event in {
     "RecordMarkerCommand": ("MARKER_RECORDED", "marker_name"),
     "UpsertWorkflowSearchAttributesCommand": ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", None),
     "ModifyWorkflowPropertiesCommand": ("WORKFLOW_PROPERTIES_MODIFIED", None),
+    "PublishRecordCommand": ("RECORD_PUBLISHED", "topic"),
 }.items()}
 COMMAND_EVENTS = frozenset(event for event, _ in _EVENT_OF.values())
 TASK_EVENTS = frozenset({"WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar, overload
@@ -50,6 +51,7 @@ __all__ = [
     "memo_value",
     "now",
     "patched",
+    "publish",
     "query",
     "random",
     "run",
@@ -318,6 +320,37 @@ def upsert_search_attributes(attributes: dict[str, Any]) -> None:
     instance = runtime.current()
     instance.command("UpsertWorkflowSearchAttributesCommand", {
         "search_attributes": {k: instance.converter.encode([v])[0] for k, v in attributes.items()}})
+
+
+def _as_bytes(value: Any, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if what == "key":
+        raise TypeError(f"a record key is str, bytes or None, not {type(value).__name__}")
+    try:
+        return json.dumps(value, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"a published value is bytes, str or JSON-serialisable: {exc}") from None
+
+
+async def publish(topic: str, value: Any, *, key: str | bytes | None = None,
+                  headers: Mapping[str, str | bytes] | None = None) -> None:
+    """Publish one record to a Kafka topic, exactly once and in workflow order: the engine produces it in the
+    transaction that records it in history (RECORD_PUBLISHED), so a crash never loses or doubles it and a replay
+    never produces it again. An Ostinato extension (Temporal has none): Kafka consumers of `topic` see the record
+    once this workflow task completes.
+
+    `value` is bytes, a str (UTF-8) or any JSON value (written as compact JSON); `key` picks the partition with
+    Kafka's default partitioner (records without a key go to the workflow's own partition, so they keep their
+    order). The servers must allow the topic (`--egress-topics`), else the workflow task fails with the reason;
+    a topic that does not exist keeps the completion in the run (`describe` shows it) until it is created and the
+    run is redriven."""
+    current = runtime.current()
+    header_bytes = {name: v.encode() if isinstance(v, str) else v for name, v in (headers or {}).items()}
+    current.command("PublishRecordCommand", {"topic": topic, "key": _as_bytes(key, "key"),
+                                             "value": _as_bytes(value, "value"), "headers": header_bytes})
 
 
 def upsert_memo(memo: dict[str, Any]) -> None:

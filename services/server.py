@@ -122,7 +122,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
           ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
           opensearch_url: str = "", processors: int = 1, processor_mode: str = AUTO,
-          ingress: Path | None = None) -> None:
+          ingress: Path | None = None, egress_topics: str = "") -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes.
 
@@ -142,6 +142,13 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
 
     check_port_free(port, host, what="the Ostinato API")
     mappings = _ingress_mappings(ingress) if ingress is not None else None
+    from ostinato.services.history.processor import EGRESS_ENV, egress_conflicts, egress_patterns
+
+    conflicts = egress_conflicts(egress_patterns(egress_topics), ctx.settings.topic_prefix)
+    if conflicts:
+        raise ClusterError(f"--egress-topics {', '.join(conflicts)} would let workflows write into the cluster's own "
+                           f"topics ({ctx.settings.topic_prefix}.*); name the topics they may publish to")
+    os.environ[EGRESS_ENV] = egress_topics  # the processors read it (processor processes inherit it)
     endpoint = advertise or f"{'https' if ssl_context else 'http'}://{host}:{port}"
     ownership = OwnershipTable(ctx.bootstrap, ctx.settings.topic_prefix).start()
     if not ownership.caught_up.wait(30):  # namespaces' retention must be known before any shard restores

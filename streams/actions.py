@@ -47,6 +47,18 @@ class DispatchQueryTask:
 
 
 @dataclass(frozen=True, slots=True)
+class Publish:
+    """Produce a record the workflow published (RECORD_PUBLISHED) to its topic, in this transaction."""
+
+    namespace: str
+    workflow_id: str
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class UpsertVisibility:
     namespace: str
     workflow_id: str
@@ -127,4 +139,4 @@ class CancelTimer:
 
 
 Action = (DispatchWorkflowTask | DispatchActivityTask | DispatchQueryTask | UpsertVisibility | DeleteRun | Archive
-          | SendCommand | Reply | ScheduleTimer | CancelTimer)
+          | SendCommand | Reply | ScheduleTimer | CancelTimer | Publish)

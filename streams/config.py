@@ -26,3 +26,6 @@ class Config:
     max_task_timeout_ms: int = 120_000
     workflow_task_retry_initial_ms: int = 1_000  # backoff of the third and later attempts of a failing task
     workflow_task_retry_max_ms: int = 600_000
+    # Topics a workflow may publish to (workflow.publish), as fnmatch patterns; none by default. The engine's own
+    # topics are never allowed (`egress_problem`).
+    egress_topics: tuple[str, ...] = ()

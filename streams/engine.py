@@ -11,7 +11,7 @@ from typing import Any
 
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import run_key, workflow_key
-from ostinato.streams.actions import Action, Deadline, Reply
+from ostinato.streams.actions import Action, Deadline, Publish, Reply
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import timer_command
@@ -83,6 +83,7 @@ class InMemoryEngine:
         self.rejected: list[tuple[Record | None, Record]] = []  # (command if readable, Rejected record)
         self.quarantined: list[tuple[str, str, str]] = []  # (code, command type, run id) of each command kept
         self.archive_requests: list[tuple[str, str, str]] = []
+        self.published: list[Publish] = []  # records workflows published (workflow.publish), in commit order
         self.archives: dict[str, list[Record]] = {}  # uri -> the archived history
         self._requests = 0
         self._outbox = EngineOutbox(self)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import MAX_RECORD_BYTES
-from ostinato.streams.actions import Deadline
+from ostinato.streams.actions import Deadline, Publish
 from ostinato.streams.config import Config
 from ostinato.streams.model import RunState
 from ostinato.streams.perform import RecordTooLarge
@@ -128,6 +128,9 @@ class EngineOutbox:
 
     def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
         self.later(lambda: self._engine.archive_requests.append((namespace, workflow_id, run_id)))
+
+    def publish(self, action: Publish) -> None:
+        self.later(lambda: self._engine.published.append(action))
 
 
 class JoinedHistory(HistorySequence):

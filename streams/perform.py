@@ -23,6 +23,7 @@ from ostinato.streams.actions import (
     DispatchActivityTask,
     DispatchQueryTask,
     DispatchWorkflowTask,
+    Publish,
     Reply,
     ScheduleTimer,
     SendCommand,
@@ -42,6 +43,12 @@ class RecordTooLarge(Exception):
         super().__init__(f"a {topic} record of {size} bytes exceeds the {limit}-byte record limit")
         self.size = size
         self.limit = limit
+
+
+class EgressRefused(Exception):
+    """A published record's topic cannot take it (it does not exist, or it is one of the engine's own). An `Outbox`
+    raises it before it writes anything; the command is kept in its run (`EGRESS_REFUSED`) until an operator creates
+    the topic and redrives it."""
 
 
 class Outbox(Protocol):
@@ -89,6 +96,10 @@ class Outbox(Protocol):
         """Remove a closed run's history and visibility (its state goes with the step's changelog)."""
         ...
 
+    def publish(self, action: Publish) -> None:
+        """Produce a record a workflow published to its topic (in the transaction that records it)."""
+        ...
+
     def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
         """A closed run should be archived before it is deleted."""
         ...
@@ -113,6 +124,8 @@ def perform(workflow: Workflow | None, action: Action, outbox: Outbox) -> None:
         outbox.delete_run(action.namespace, action.workflow_id, action.run_id)
     elif isinstance(action, Archive):
         outbox.archive(action.namespace, action.workflow_id, action.run_id)
+    elif isinstance(action, Publish):
+        outbox.publish(action)
     else:
         if workflow is None:
             raise ValueError(f"{type(action).__name__} needs the workflow it is about")

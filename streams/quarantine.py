@@ -43,13 +43,13 @@ def quarantinable(command: Record, code: str) -> bool:
     """Whether a failed command is kept in its run.
 
     A bug (`INTERNAL`) always: whoever sent it may not be waiting for an answer, and the run may wait for what it
-    would have recorded. An output over the record limit (`TOO_LARGE`) only when nobody waits for the answer: a
-    sender that waits is told, and what was too large is its own input. A re-drive never: its sender is told, and
-    the quarantine stays as it was.
+    would have recorded. An output over the record limit (`TOO_LARGE`), or a published record whose topic cannot
+    take it (`EGRESS_REFUSED`), only when nobody waits for the answer: a sender that waits is told. A re-drive never:
+    its sender is told, and the quarantine stays as it was.
     """
     if command["body"][0] == REDRIVE:
         return False
-    return code == "INTERNAL" or (code == "TOO_LARGE" and command.get("reply_partition") is None)
+    return code == "INTERNAL" or (code in ("TOO_LARGE", "EGRESS_REFUSED") and command.get("reply_partition") is None)
 
 
 def quarantine(workflow: Workflow, command: Record, offset: int, code: str, error_type: str, message: str,

@@ -199,6 +199,10 @@ def server(
         help="process: each processor in a child process of its own (its own interpreter and CPU core), reads "
              "relayed to it; thread: all in this process, sharing one interpreter with the API; auto: process for "
              "more than one processor.")] = ProcessorMode.auto,
+    egress_topics: Annotated[str, typer.Option(
+        "--egress-topics", envvar="OSTINATO_EGRESS_TOPICS",
+        help="Topics workflows may publish to with workflow.publish, as comma-separated patterns ('orders.*,"
+             "shop.events'); none by default. Every server of the cluster needs the same value.")] = "",
     ingress: Annotated[Path | None, typer.Option(
         "--ingress", envvar="OSTINATO_INGRESS", exists=True, dir_okay=False,
         help="Run these ingress mappings here (YAML; `ostinato ingress check` tries them): records of Kafka "
@@ -225,7 +229,7 @@ def server(
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
           advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
           archiver=archiver, opensearch_url=opensearch_url, processors=processors,
-          processor_mode=processor_mode.value, ingress=ingress)
+          processor_mode=processor_mode.value, ingress=ingress, egress_topics=egress_topics)
 
 
 @app.command("worker")

@@ -96,7 +96,8 @@ class ProcessorOptions:
                        "OSTINATO_SESSION_TIMEOUT_MS") else None,
                    restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")),
                    # Retention of namespaces that have no record of their own (the default one); tests shorten it.
-                   config=Config(retention_ms=int(env.get("OSTINATO_DEFAULT_RETENTION_MS", Config().retention_ms))))
+                   config=Config(retention_ms=int(env.get("OSTINATO_DEFAULT_RETENTION_MS", Config().retention_ms)),
+                                 egress_topics=egress_patterns(env.get(EGRESS_ENV, ""))))
 
 
 class Processor:
@@ -119,7 +120,9 @@ class Processor:
         self.history_topic = topic_name(self.prefix, Topic.HISTORY)
         self.cluster_topic = topic_name(self.prefix, Topic.CLUSTER)
         self.task_topics = TaskTopics(bootstrap, self.prefix, settings.replication_factor)
-        self.topology = Topology(self.prefix, settings.shards, settings.reply_partitions, self.task_topics.partitions)
+        self.egress = EgressTopics(bootstrap)
+        self.topology = Topology(self.prefix, settings.shards, settings.reply_partitions, self.task_topics.partitions,
+                                 self.egress.partitions)
         self.shards: dict[int, Shard] = {}
         self.next_offsets: dict[int, int] = {}  # shard -> next command offset to process
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
@@ -425,7 +428,7 @@ class Processor:
             while True:
                 try:
                     self.producer.produce(out.topic, out.value, out.key, partition=out.partition,
-                                          on_delivery=delivered)
+                                          on_delivery=delivered, headers=list(out.headers) or None)
                     break
                 except BufferError:
                     self.producer.poll(0.05)  # the local queue is full: let deliveries drain it
@@ -573,6 +576,49 @@ class Processor:
         if failed is not None:
             return False
         return opened is None or time.monotonic() - opened < max(self._session_s, 1.0)
+
+
+EGRESS_ENV = "OSTINATO_EGRESS_TOPICS"
+
+
+def egress_patterns(text: str) -> tuple[str, ...]:
+    """`--egress-topics`: comma-separated fnmatch patterns of the topics workflows may publish to."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def egress_conflicts(patterns: tuple[str, ...], prefix: str) -> list[str]:
+    """The patterns that would let a workflow write into this cluster's own topics (refused at start)."""
+    import fnmatch
+
+    own = [topic_name(prefix, t) for t in Topic] + [f"{prefix}.tasks.x.workflow", f"{prefix}.tasks.x.activity"]
+    return [p for p in patterns if any(fnmatch.fnmatchcase(t, p) for t in own)]
+
+
+class EgressTopics:
+    """Partition counts of the user topics workflows publish to (`workflow.publish`), from the brokers' metadata: a
+    known topic is looked up again after a minute (it may have grown), a missing one at most every 5 s (the command
+    that named it is quarantined meanwhile, and an operator redrives it once the topic exists)."""
+
+    KNOWN_FOR_S = 60.0
+    MISSING_FOR_S = 5.0
+
+    def __init__(self, bootstrap: str) -> None:
+        self._admin = AdminClient(base_config(bootstrap, "ostinato-egress"))
+        self._seen: dict[str, tuple[int | None, float]] = {}
+
+    def partitions(self, topic: str) -> int | None:
+        found = self._seen.get(topic)
+        now = time.monotonic()
+        if found is not None and now - found[1] < (self.KNOWN_FOR_S if found[0] else self.MISSING_FOR_S):
+            return found[0]
+        try:
+            metadata = self._admin.list_topics(topic=topic, timeout=OPERATION_TIMEOUT_S).topics.get(topic)
+        except KafkaException as exc:
+            log.warning("egress: metadata of %s: %s", topic, exc)
+            return found[0] if found is not None else None
+        count = len(metadata.partitions) if metadata is not None and metadata.error is None else None
+        self._seen[topic] = (count or None, now)
+        return count or None
 
 
 def batch_room(max_batch: int, next_due_ms: int | None, decide_s: float, now_ms: int, holding: bool) -> int:

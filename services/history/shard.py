@@ -20,15 +20,16 @@ from typing import Any
 
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import activity_task_key, history_key, run_key, split_key, workflow_key
+from ostinato.schemas.partitioner import murmur2
 from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
 from ostinato.services.history.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
 from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
-from ostinato.streams.actions import Deadline
+from ostinato.streams.actions import Deadline, Publish
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import timer_command
 from ostinato.streams.deciders import decide
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
-from ostinato.streams.perform import RecordTooLarge, perform
+from ostinato.streams.perform import EgressRefused, RecordTooLarge, perform
 from ostinato.streams.quarantine import quarantinable, quarantine, quarantined_message
 from ostinato.streams.records import HistorySequence
 
@@ -48,8 +49,9 @@ class Output:
 
     topic: str
     partition: int
-    key: bytes
+    key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class Topology:
     shards: int
     reply_partitions: int
     task_partitions: Callable[[str], int]  # task topic -> partitions; creates the topic on first use
+    egress_partitions: Callable[[str], int | None] = lambda topic: None  # a user topic -> partitions, None if absent
 
     def topic(self, t: Topic) -> str:
         return topic_name(self.prefix, t)
@@ -196,6 +199,8 @@ class Shard:
                 perform(workflow, action, self._outbox)
         except RecordTooLarge as exc:
             self._fail(command, offset, now_ms, "TOO_LARGE", type(exc).__name__, str(exc))
+        except EgressRefused as exc:
+            self._fail(command, offset, now_ms, "EGRESS_REFUSED", type(exc).__name__, str(exc))
         except Exception as exc:  # a bug in the core must not stop the shard: reject the command, keep going
             log.exception("shard %d: command %s failed", self.index, command["body"][0])
             self._fail(command, offset, now_ms, "INTERNAL", type(exc).__name__, f"{type(exc).__name__}: {exc}")
@@ -424,6 +429,23 @@ class _ShardOutbox:
 
     def delete_run(self, namespace: str, workflow_id: str, run_id: str) -> None:
         self._shard._delete_run(namespace, workflow_id, run_id)
+
+    def publish(self, action: Publish) -> None:
+        """To the topic's partition of the record's key (Kafka's Java partitioner), or of the workflow when it has no
+        key: a workflow's keyless records stay in order on one partition."""
+        topology = self._shard.topology
+        if action.topic.startswith(f"{topology.prefix}."):
+            raise EgressRefused(f"{action.topic!r} is one of this cluster's own topics")
+        partitions = topology.egress_partitions(action.topic)
+        if not partitions:
+            raise EgressRefused(f"topic {action.topic!r} does not exist: create it, then redrive the run")
+        key = action.key if action.key is not None else workflow_key(action.namespace, action.workflow_id).encode()
+        value = action.value
+        size = len(value or b"") + len(action.key or b"") + sum(len(k) + len(v) for k, v in action.headers)
+        if size > MAX_RECORD_BYTES:
+            raise RecordTooLarge(action.topic, size, MAX_RECORD_BYTES)
+        self._shard._pending.outputs.append(
+            Output(action.topic, (murmur2(key) & 0x7FFFFFFF) % partitions, action.key, value, action.headers))
 
     def archive(self, namespace: str, workflow_id: str, run_id: str) -> None:
         # The archiver (services/admin/archival.py) finds closed runs on the visibility topic, not through this

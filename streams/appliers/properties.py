@@ -36,6 +36,11 @@ def search_attributes_upserted(wf: Workflow, run_id: str, attrs: Record, event: 
     _upsert(wf.runs[run_id].search_attributes, attrs["search_attributes"])
 
 
+@applier(ev.RECORD_PUBLISHED)
+def record_published(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
+    """Nothing to keep: the record went to its topic with this event, and replay never produces it again."""
+
+
 @applier(ev.WORKFLOW_PROPERTIES_MODIFIED)
 def properties_modified(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     _upsert(wf.runs[run_id].memo, attrs["upserted_memo"])

@@ -6,13 +6,14 @@ half of what it asked for.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
 from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
-from ostinato.streams.actions import DispatchActivityTask, EagerActivity, UpsertVisibility
+from ostinato.streams.actions import DispatchActivityTask, EagerActivity, Publish, UpsertVisibility
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fitting
 from ostinato.streams.deciders.common import close_run, new_run_id, send
@@ -28,6 +29,10 @@ FAIL = wire.command_type("FailWorkflowExecutionCommand")
 CANCEL = wire.command_type("CancelWorkflowExecutionCommand")
 CONTINUE = wire.command_type("ContinueAsNewWorkflowExecutionCommand")
 CLOSING = frozenset({COMPLETE, FAIL, CANCEL, CONTINUE})
+PUBLISH = wire.command_type("PublishRecordCommand")
+# Kafka's internal topics. The cluster's own (`<prefix>.commands`...) depend on a prefix the core does not know: the
+# server refuses `--egress-topics` patterns that match one, and the shell refuses to produce there.
+ENGINE_TOPIC_PREFIXES = ("__",)
 
 
 def validate_commands(run: RunState, commands: list[tuple[str, Record]], config: Config) -> str | None:
@@ -93,6 +98,8 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
                         "cancellations (max_pending_external_requests)")
         elif name == wire.command_type("RecordMarkerCommand") and not c["marker_name"]:
             return f"command {i}: marker_name is required"
+        elif name == PUBLISH and (problem := egress_problem(c["topic"], config)) is not None:
+            return f"command {i}: {problem}"
         elif name not in HANDLERS:
             return f"command {i}: unknown command {name}"
     return None
@@ -260,6 +267,27 @@ def upsert_search_attributes(w: Writer, run_id: str, c: Record, completed_id: in
     w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))
 
 
+def egress_problem(topic: str, config: Config) -> str | None:
+    """Why a workflow may not publish to `topic`, or None. Only topics the servers allow (`--egress-topics`), never
+    the engine's own (whose records only the engine may write), and only names Kafka accepts."""
+    if not topic or len(topic) > 249 or not all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in topic):
+        return f"{topic!r} is not a Kafka topic name (1-249 of [A-Za-z0-9._-])"
+    if topic.startswith(ENGINE_TOPIC_PREFIXES):
+        return f"topic {topic!r} looks like one of the engine's own topics; a workflow may not publish there"
+    if not any(fnmatch.fnmatchcase(topic, pattern) for pattern in config.egress_topics):
+        allowed = ", ".join(config.egress_topics) or "none"
+        return (f"publishing to {topic!r} is not allowed on this cluster (allowed: {allowed}); start the servers "
+                "with --egress-topics to allow it")
+    return None
+
+
+def publish_record(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    w.append(run_id, ev.RECORD_PUBLISHED, {"workflow_task_completed_event_id": completed_id, "topic": c["topic"],
+                                           "key": c["key"], "value": c["value"], "headers": c["headers"]})
+    w.act(Publish(w.workflow.namespace, w.workflow.workflow_id, c["topic"], c["key"], c["value"],
+                  tuple(sorted(c["headers"].items()))))
+
+
 def modify_properties(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
     w.append(run_id, ev.WORKFLOW_PROPERTIES_MODIFIED, {"workflow_task_completed_event_id": completed_id,
                                                        "upserted_memo": c["upserted_memo"]})
@@ -281,4 +309,5 @@ HANDLERS: dict[str, Handler] = {
     wire.command_type("RecordMarkerCommand"): record_marker,
     wire.command_type("UpsertWorkflowSearchAttributesCommand"): upsert_search_attributes,
     wire.command_type("ModifyWorkflowPropertiesCommand"): modify_properties,
+    PUBLISH: publish_record,
 }

@@ -121,6 +121,8 @@ CASES: list[tuple[str, Record, str, Record, Callable[[RunState, Workflow], bool]
      lambda r, w: set(r.search_attributes) == {"n"}),
     ("memo", {}, ev.WORKFLOW_PROPERTIES_MODIFIED, {"upserted_memo": {"m": NULL, "k": JSON}},
      lambda r, w: set(r.memo) == {"k"}),
+    ("record published", {}, ev.RECORD_PUBLISHED, {"topic": "orders.events", "key": b"k", "value": b"{}"},
+     lambda r, w: not r.activities and not r.timers and r.status == "RUNNING"),
     ("child initiated", {}, ev.START_CHILD_WORKFLOW_EXECUTION_INITIATED,
      {"namespace": "default", "workflow_id": "c", "workflow_type": "C", "task_queue": "q",
       "parent_close_policy": "ABANDON"},

@@ -14,6 +14,7 @@ from ostinato.streams.actions import (
     CancelTimer,
     DispatchActivityTask,
     DispatchWorkflowTask,
+    Publish,
     Reply,
     ScheduleTimer,
     SendCommand,
@@ -282,6 +283,28 @@ def _modify_memo(values: Record) -> Command:
     return wf_command("ModifyWorkflowPropertiesCommand", {"upserted_memo": values})
 
 
+EGRESS = Config(egress_topics=("orders.*",))
+
+
+def _publish(topic: str = "orders.events", value: bytes | None = b'{"n":1}', key: bytes | None = b"o-1",
+             headers: Record | None = None) -> Command:
+    return wf_command("PublishRecordCommand", {"topic": topic, "key": key, "value": value,
+                                               "headers": headers or {}})
+
+
+def test_a_published_record_is_an_event_and_an_action_in_workflow_order() -> None:
+    flow = started_flow(EGRESS)
+    step = flow.complete_task(_publish(value=b"1"), _publish(value=b"2", key=None, headers={"h": b"v"}), COMPLETE)
+    assert types(step)[2:] == ["RECORD_PUBLISHED", "RECORD_PUBLISHED", "WORKFLOW_EXECUTION_COMPLETED"]
+    published = [a for _, e in step.events if e["event_type"] == "RECORD_PUBLISHED" for a in [e["attributes"][1]]]
+    completed_id = event(step, "WORKFLOW_TASK_COMPLETED")["event_id"]
+    assert [(p["topic"], p["key"], p["value"], p["headers"], p["workflow_task_completed_event_id"])
+            for p in published] == [("orders.events", b"o-1", b"1", {}, completed_id),
+                                    ("orders.events", None, b"2", {"h": b"v"}, completed_id)]
+    assert of(step, Publish) == [Publish(NS, WF, "orders.events", b"o-1", b"1", ()),
+                                 Publish(NS, WF, "orders.events", None, b"2", (("h", b"v"),))]
+
+
 COMMAND_CASES = [
     pytest.param(CommandCase(lambda f: [activity_cmd()], ["ACTIVITY_TASK_SCHEDULED"], _check_activity_defaults),
                  id="schedule activity gets the default retry policy and the run's task queue"),
@@ -520,6 +543,14 @@ INVALID_BATCHES = [
     pytest.param(None, None, lambda f: [signal_ext_cmd("")], "target workflow_id is required",
                  id="signal external without workflow id"),
     pytest.param(None, None, lambda f: [_marker("")], "marker_name is required", id="marker without a name"),
+    pytest.param(None, None, lambda f: [_publish()], "not allowed on this cluster (allowed: none)",
+                 id="publish with no topic allowed"),
+    pytest.param(EGRESS, None, lambda f: [_publish("payments")], "'payments' is not allowed",
+                 id="publish to a topic no pattern allows"),
+    pytest.param(Config(egress_topics=("*",)), None, lambda f: [_publish("__consumer_offsets")],
+                 "engine's own topics", id="publish to Kafka's internal topics"),
+    pytest.param(EGRESS, None, lambda f: [_publish("orders.bad name")], "not a Kafka topic name",
+                 id="publish to a name Kafka refuses"),
     pytest.param(with_limits(max_pending_activities=2), None,
                  lambda f: [activity_cmd("a1"), activity_cmd("a2"), activity_cmd("a3")], "max_pending_activities",
                  id="over max_pending_activities in one batch"),

@@ -41,7 +41,7 @@ CONFIG = Config(
     limits=Limits(history_warn_events=40, history_max_events=60, max_pending_activities=3, max_pending_children=3,
                   max_pending_external_requests=3, max_signals=5),
     retention_ms=30_000, default_task_timeout_ms=5_000, max_task_timeout_ms=20_000,
-    workflow_task_retry_initial_ms=1_000, workflow_task_retry_max_ms=8_000,
+    workflow_task_retry_initial_ms=1_000, workflow_task_retry_max_ms=8_000, egress_topics=("orders.*",),
 )
 
 C = "ostinato.command."
@@ -392,6 +392,10 @@ def _workflow_commands(sids: tuple[int, ...], used: tuple[str, ...], timer_ids: 
         "marker_name": pick(["patch:x", "patch:y", "side-effect"], [""], messy)}))
     upsert = _wf("UpsertWorkflowSearchAttributesCommand", st.fixed_dictionaries({"search_attributes": payload_maps}))
     memo = _wf("ModifyWorkflowPropertiesCommand", st.fixed_dictionaries({"upserted_memo": payload_maps}))
+    publish = _wf("PublishRecordCommand", st.fixed_dictionaries({
+        "topic": pick(["orders.events", "orders.audit"], ["payments", "", "__consumer_offsets"], messy),
+        "key": st.sampled_from([None, b"k1"]), "value": st.sampled_from([None, b"{}", b"x" * 40]),
+        "headers": st.sampled_from([{}, {"h": b"v"}])}))
     child = _wf("StartChildWorkflowExecutionCommand", st.fixed_dictionaries({
         "namespace": st.sampled_from(["", NS]), "workflow_id": pick(["child-1", "child-2", WF], [""], messy),
         "workflow_type": pick(["Child"], [""], messy),
@@ -404,7 +408,7 @@ def _workflow_commands(sids: tuple[int, ...], used: tuple[str, ...], timer_ids: 
     cancel_external = _wf("RequestCancelExternalWorkflowExecutionCommand", st.fixed_dictionaries({
         "execution": execution, "reason": st.just("stop")}))
     kinds = [schedule, schedule, schedule, start_timer, start_timer, start_timer, marker, upsert, memo, child,
-             signal_external, cancel_external]
+             signal_external, cancel_external, publish]
     if sids or messy:  # cancel what is pending (messy: also what is not, or was already asked to cancel)
         kinds += [_wf("RequestCancelActivityTaskCommand", st.fixed_dictionaries({
             "scheduled_event_id": pick(list(sids), [0, 999], messy)}))] * 2
