@@ -148,9 +148,13 @@ class MappingRunner:
                             tuple(msg.headers() or ()))
             try:
                 command = translate(self.mapping, record, self.settings.shards, now)
-            except Unmappable as why:
-                producer.produce(self.mapping.dead_letters, record.value, record.key,
-                                 headers=dead_letter_headers(self.mapping, record, str(why)))
+            except Exception as exc:  # noqa: BLE001 - whatever a record does to the mapping, it is one dead letter
+                why = str(exc) if isinstance(exc, Unmappable) else f"the mapping failed: {type(exc).__name__}: {exc}"
+                value = record.value
+                if value is not None and len(value) + len(record.key or b"") > MAX_RECORD_BYTES:
+                    why, value = f"{why} (the value, {len(value):,} bytes, is left out: too large)", None
+                producer.produce(self.mapping.dead_letters, value, record.key,
+                                 headers=dead_letter_headers(self.mapping, record, why))
                 dead += 1
             else:
                 producer.produce(self.commands_topic, command.value, command.key, partition=command.partition)
@@ -167,22 +171,31 @@ class MappingRunner:
             self.metrics.records.labels(self.mapping.name, "dead_letter").inc(dead)
 
     def _recover(self, producer: Producer, consumer: KafkaConsumer, exc: KafkaException) -> Producer:
-        """Abort, and take the batch again from the committed offsets (a new producer if this one is fenced)."""
+        """Abort, and take the batch again from the committed offsets (a new producer if this one is fenced or
+        failed). Kafka being briefly away (a broker restarting) is waited out with backoff, never fatal."""
         err = exc.args[0]
         log.warning("ingress %s: transaction failed (%s); aborting and resuming from the committed offsets",
                     self.mapping.name, err.str())
         self.metrics.aborts.labels(self.mapping.name).inc()
-        if err.txn_requires_abort():
-            producer.abort_transaction(OPERATION_TIMEOUT_S)
-        else:
-            producer = self._producer()  # fenced or fatal: only a new incarnation goes on
-        assignment = consumer.assignment()
-        if assignment:
-            for tp in consumer.committed(assignment, timeout=OPERATION_TIMEOUT_S):
-                if tp.offset >= 0:
-                    consumer.seek(tp)
-                else:  # never committed: from the start, as auto.offset.reset says
-                    consumer.seek(TopicPartition(tp.topic, tp.partition, -2))
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                if err.txn_requires_abort():
+                    producer.abort_transaction(OPERATION_TIMEOUT_S)
+                else:  # fenced (a newer incarnation or a twin with our --instance) or fatal: start afresh
+                    producer.flush(1)
+                    producer = self._producer()
+                assignment = consumer.assignment()
+                if assignment:
+                    for tp in consumer.committed(assignment, timeout=OPERATION_TIMEOUT_S):
+                        # never committed: from the start, as auto.offset.reset says
+                        consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, -2))
+                return producer
+            except KafkaException as again:
+                err = again.args[0]
+                log.warning("ingress %s: recovering: %s; retrying in %.1fs", self.mapping.name, err.str(), delay)
+                self._stop.wait(delay)
+                delay = min(5.0, delay * 2)
         return producer
 
 

@@ -240,6 +240,8 @@ def decode_value(mapping: IngressMapping, value: bytes | None) -> Any:
             return json.loads(value)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise Unmappable(f"the value is not JSON: {exc}") from None
+        except RecursionError:  # `[[[[...` a hundred thousand deep
+            raise Unmappable("the value is JSON nested too deeply to read") from None
     if value[:2] != AVRO_MAGIC or len(value) < 10:
         raise Unmappable("the value is not Avro single-object encoded (no C3 01 header)")
     if value[2:10] != mapping.avro_fingerprint:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +100,9 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int) 
     admin = admin_client(bootstrap)
     if topic in admin.list_topics(timeout=OPERATION_TIMEOUT_S).topics:
         return
-    for future in admin.create_topics([NewTopic(topic, partitions, replication)]).values():
+    # Records up to Ostinato's limit (a dead letter carries a source record; an outcome a workflow's result).
+    config = {"max.message.bytes": str(MAX_RECORD_BYTES + 64 * 1024)}
+    for future in admin.create_topics([NewTopic(topic, partitions, replication, config=config)]).values():
         try:
             future.result(OPERATION_TIMEOUT_S)
         except KafkaException as exc:
@@ -213,16 +214,26 @@ class OutcomeStream:
         self.records.labels(self.spec.name).inc(len(outcomes))
 
     def _recover(self, producer: Producer, consumer: KafkaConsumer, exc: KafkaException) -> Producer:
+        """Abort and take the batch again from the committed offsets; Kafka briefly away is waited out."""
         err: KafkaError = exc.args[0]
         log.warning("outcomes %s: transaction failed (%s); resuming from the committed offsets", self.spec.name,
                     err.str())
-        if err.txn_requires_abort():
-            producer.abort_transaction(OPERATION_TIMEOUT_S)
-        else:
-            producer = self._producer()
-        assignment = consumer.assignment()
-        if assignment:
-            for tp in consumer.committed(assignment, timeout=OPERATION_TIMEOUT_S):
-                consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, -2))
-        time.sleep(0.2)
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                if err.txn_requires_abort():
+                    producer.abort_transaction(OPERATION_TIMEOUT_S)
+                else:
+                    producer.flush(1)
+                    producer = self._producer()
+                assignment = consumer.assignment()
+                if assignment:
+                    for tp in consumer.committed(assignment, timeout=OPERATION_TIMEOUT_S):
+                        consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, -2))
+                return producer
+            except KafkaException as again:
+                err = again.args[0]
+                log.warning("outcomes %s: recovering: %s; retrying in %.1fs", self.spec.name, err.str(), delay)
+                self._stop.wait(delay)
+                delay = min(5.0, delay * 2)
         return producer

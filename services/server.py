@@ -142,6 +142,9 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
 
     check_port_free(port, host, what="the Ostinato API")
     mappings = _ingress_mappings(ingress) if ingress is not None else None
+    if mappings is not None and mappings.outcomes and auth is not None and auth.reader_of_everything() is None:
+        raise ClusterError("outcomes streams read results through the API: the auth config needs a token that is "
+                           'at least a reader of "*"')
     from ostinato.services.history.processor import EGRESS_ENV, egress_conflicts, egress_patterns
 
     conflicts = egress_conflicts(egress_patterns(egress_topics), ctx.settings.topic_prefix)
@@ -166,75 +169,80 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         failed.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
-    if processor:
-        options = ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint)
-        if archive_uri:  # closed runs outlive their retention until their archive is confirmed
-            options.config = replace(options.config, archive=True)
-        if processors > ctx.settings.shards:
-            log.warning("%d processors for %d shards: %d will own nothing unless other servers leave",
-                        processors, ctx.settings.shards, processors - ctx.settings.shards)
-        if processor_mode == PROCESS or (processor_mode == AUTO and processors > 1):
-            procs = ProcessorProcesses(ctx.bootstrap, ctx.settings.topic_prefix, options, processors,
-                                       archive=bool(archive_uri))
-            procs.start(lambda owner, status: part_failed(f"the history processor {owner}",
-                                                          f"process exited with status {status}"))
-            if not procs.wait_listening(60):
-                procs.stop(30)
-                raise ClusterError("the processor processes did not start (their errors are above)")
-            relay = ProcessRelay(procs.sockets)
-        else:
-            options.config_for = namespace_config(ownership, options.config)
-            options.on_history = waiters.notify
-            procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
-            procs.start(lambda proc, exc: part_failed(f"the history processor {proc.owner_id}",
-                                                      "stopped with an error", exc))
-    owner_ids = procs.owner_ids if procs is not None else frozenset()
-    source = procs if isinstance(procs, Processors) else None  # processes serve their stores' reads themselves
-    reads = ReadContext(ctx.settings.shards, source, ownership, owner_ids, waiters, relay)
-    log.info("Kafka security: %s", describe_security(security_config()))  # secrets hidden
-    log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
-             ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards,
-             f", {processors} processor{'s' if processors > 1 else ''}" if procs else "")
-    app = create_app(ctx, reads, auth=auth)
-
-    async def bind_waiters(app: web.Application) -> None:
-        waiters.bind(asyncio.get_running_loop())
-
-    app.on_startup.append(bind_waiters)
-
-    async def hand_over_shards(app: web.Application) -> None:
-        """First thing on SIGTERM: finish the open transaction and leave the group, so the other servers take the
-        shards at once; requests still in flight then get redirects or 503s, and the rest shuts down after."""
-        if procs is not None:
-            await asyncio.get_running_loop().run_in_executor(None, procs.stop, 30)
-
-    app.on_shutdown.append(hand_over_shards)
-    gateway = CommandGateway(ctx.bootstrap, ctx.settings)
-    gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
-    install_api(app, gateway)  # the JSON workflow API, over the same gateway
-    default_retention = procs.options.config.retention_ms if procs is not None else Config().retention_ms
-    install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
-    install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
-                       (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
-                       opensearch_url=opensearch_url)
-    if archive_uri and archiver:
-        _install_archival(app, ctx, archive_uri, endpoint, auth)
     running_ingress = None
-    if mappings is not None:
-        from ostinato.connectors.ingress import Ingress
-        from ostinato.services.admin.archival import OutcomeOverApi
 
-        instance = owner_id_of((data_dir or default_data_dir()) / ctx.settings.topic_prefix)
-        token = (auth.reader_of_everything() or "") if auth is not None else ""
-        if mappings.outcomes and auth is not None and not token:
-            raise ClusterError("outcomes streams read results through the API: the auth config needs a token that "
-                               'is at least a reader of "*"')
-        running_ingress = Ingress(ctx.bootstrap, ctx.settings, mappings, instance, REGISTRY,
-                                  on_failure=lambda name, exc: part_failed(f"ingress {name}", "stopped with an error",
-                                                                           exc),
-                                  outcome_source=OutcomeOverApi(endpoint, token))
-        running_ingress.start()
+    def stop_on_term(signum: int, frame: object) -> None:
+        raise SystemExit(1 if failed.is_set() else 128 + signum)
+
+    # Until the app runs (it installs its own handlers), SIGTERM (also a part that failed) ends the start in order:
+    # the finally below stops the processor processes and the ingress, rather than the default action killing
+    # the server with its children left to PR_SET_PDEATHSIG.
+    signal.signal(signal.SIGTERM, stop_on_term)
     try:
+        if processor:
+            options = ProcessorOptions.from_env(data_dir or default_data_dir(), endpoint)
+            if archive_uri:  # closed runs outlive their retention until their archive is confirmed
+                options.config = replace(options.config, archive=True)
+            if processors > ctx.settings.shards:
+                log.warning("%d processors for %d shards: %d will own nothing unless other servers leave",
+                            processors, ctx.settings.shards, processors - ctx.settings.shards)
+            if processor_mode == PROCESS or (processor_mode == AUTO and processors > 1):
+                procs = ProcessorProcesses(ctx.bootstrap, ctx.settings.topic_prefix, options, processors,
+                                           archive=bool(archive_uri))
+                procs.start(lambda owner, status: part_failed(f"the history processor {owner}",
+                                                              f"process exited with status {status}"))
+                if not procs.wait_listening(60):
+                    raise ClusterError("the processor processes did not start (their errors are above)")
+                relay = ProcessRelay(procs.sockets)
+            else:
+                options.config_for = namespace_config(ownership, options.config)
+                options.on_history = waiters.notify
+                procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
+                procs.start(lambda proc, exc: part_failed(f"the history processor {proc.owner_id}",
+                                                          "stopped with an error", exc))
+        owner_ids = procs.owner_ids if procs is not None else frozenset()
+        source = procs if isinstance(procs, Processors) else None  # processes serve their stores' reads themselves
+        reads = ReadContext(ctx.settings.shards, source, ownership, owner_ids, waiters, relay)
+        log.info("Kafka security: %s", describe_security(security_config()))  # secrets hidden
+        log.info("Ostinato %s listening on http://%s:%d (Kafka %s, prefix %s, %d shards%s)", __version__, host, port,
+                 ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards,
+                 f", {processors} processor{'s' if processors > 1 else ''}" if procs else "")
+        app = create_app(ctx, reads, auth=auth)
+
+        async def bind_waiters(app: web.Application) -> None:
+            waiters.bind(asyncio.get_running_loop())
+
+        app.on_startup.append(bind_waiters)
+
+        async def hand_over_shards(app: web.Application) -> None:
+            """First thing on SIGTERM: finish the open transaction and leave the group, so the other servers take
+            the shards at once; requests still in flight then get redirects or 503s, and the rest shuts down
+            after."""
+            if procs is not None:
+                await asyncio.get_running_loop().run_in_executor(None, procs.stop, 30)
+
+        app.on_shutdown.append(hand_over_shards)
+        gateway = CommandGateway(ctx.bootstrap, ctx.settings)
+        gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
+        install_api(app, gateway)  # the JSON workflow API, over the same gateway
+        default_retention = procs.options.config.retention_ms if procs is not None else Config().retention_ms
+        install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
+        install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
+                           (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
+                           opensearch_url=opensearch_url)
+        if archive_uri and archiver:
+            _install_archival(app, ctx, archive_uri, endpoint, auth)
+        if mappings is not None:
+            from ostinato.connectors.ingress import Ingress
+            from ostinato.services.admin.archival import OutcomeOverApi
+
+            instance = owner_id_of((data_dir or default_data_dir()) / ctx.settings.topic_prefix)
+            token = (auth.reader_of_everything() or "") if auth is not None else ""
+            running_ingress = Ingress(
+                ctx.bootstrap, ctx.settings, mappings, instance, REGISTRY,
+                on_failure=lambda name, exc: part_failed(f"ingress {name}", "stopped with an error", exc),
+                outcome_source=OutcomeOverApi(endpoint, token))
+            running_ingress.start()
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
                     shutdown_timeout=SHUTDOWN_GRACE_S)

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,7 +48,8 @@ def run(
     instance: Annotated[str, typer.Option(
         "--instance", envvar="OSTINATO_INGRESS_INSTANCE",
         help="This process's stable name (part of its transactional ids): the same name after a restart aborts "
-             "the crashed incarnation's open transaction at once. Unique per running process.")] = "ingress-0",
+             "the crashed incarnation's open transaction at once. Unique per running process (default: the host "
+             "name).")] = "",
     metrics_port: Annotated[int, typer.Option("--metrics-port", help="Serve /metrics here (0: none).")] = 0,
     server: Annotated[str, typer.Option("--server", envvar="OSTINATO_SERVER",
                                         help="A server of the cluster, for the outcomes streams' results.")] =
@@ -62,6 +64,7 @@ def run(
     from ostinato.services.admin.cluster import read_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    instance = instance or socket.gethostname()
     mappings = _load(config)
     use_kafka_config(kafka_config)
     settings = read_settings(kafka, prefix, timeout=60)

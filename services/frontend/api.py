@@ -36,7 +36,7 @@ from ostinato.services.frontend.reads import (
     store_or_redirect,
     wait_for_commit,
 )
-from ostinato.services.history.store import ShardStore, StoreClosed
+from ostinato.services.history.store import Family, ShardStore, StoreClosed
 
 Record = dict[str, Any]
 JSON_ENCODING = b"json/plain"
@@ -296,6 +296,8 @@ async def result(request: web.Request) -> web.Response:
     run_id = run_id_param(store, ns, wf, request)
     if not run_id:
         return not_found(request, f"no workflow {wf!r} in namespace {ns!r}")
+    if store.get(Family.STATE, run_key(ns, wf, run_id).encode()) is None:  # a named run never started, or deleted
+        return not_found(request, f"no run {run_id!r} of workflow {wf!r} in namespace {ns!r}")
     deadline = time.monotonic() + wait_s
     waiters = request.app[READS].waiters
     delay = 0.02

@@ -42,7 +42,8 @@ class ProcessRelay:
         session = self._sessions.get(owner_id)
         if session is None or session.closed:
             # A long-poll holds its request up to MAX_WAIT_S; the process answers it (or a 504) before this.
-            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.sockets[owner_id]),
+            # limit=0: every long-poll holds a connection; a pool of 100 would queue the 101st read behind them.
+            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.sockets[owner_id], limit=0),
                                             timeout=aiohttp.ClientTimeout(total=MAX_WAIT_S + 30))
             self._sessions[owner_id] = session
         return session

@@ -71,7 +71,9 @@ class ProcessorProcesses:
             spec = MemberSpec(bootstrap=self._bootstrap, prefix=self._prefix, data_dir=str(self.options.data_dir),
                               owner_id=owner, read_endpoint=self.options.read_endpoint, socket=self.sockets[owner],
                               archive=self._archive, parent_pid=os.getpid(), index=i)
-            child = subprocess.Popen(spec.argv())
+            # Their own session: a Ctrl-C or a group signal reaches the server, which stops them in order (after
+            # `_stopping` is set), instead of each ending on its own and looking like a failure.
+            child = subprocess.Popen(spec.argv(), start_new_session=True)
             self._children.append(child)
             threading.Thread(target=self._watch, args=(owner, child, on_failure), name=f"ostinato-watch-{i}",
                              daemon=True).start()

@@ -89,6 +89,8 @@ def test_two_processors_split_the_shards_and_serve_every_read(kafka: KafkaCluste
             assert status == 200 and body["status"] == "COMPLETED", (wf, status, body)
         status, body = server.get(path + "/result")  # the long-poll reads too (served where the waiters are)
         assert status == 200 and body["status"] == "COMPLETED", body
+        status, body = server.get(path + "/result?run_id=no-such-run&timeout_ms=20000", timeout=15)
+        assert status == 404, body  # a named run that does not exist is not waited for (an outcomes stream asks)
         status, body = server.get(path + "/history?filter=close&wait_ms=1000")
         assert status == 200 and [e["event_type"] for e in body["events"]] == ["WORKFLOW_EXECUTION_COMPLETED"]
         report = check_history(kafka.bootstrap, topic_prefix)

@@ -95,6 +95,11 @@ def test_records_that_do_not_map_say_why(value: object, reason: str) -> None:
         translate(_one(), _record(value), 4, 0)
 
 
+def test_json_nested_too_deeply_is_a_dead_letter_not_a_crash() -> None:
+    with pytest.raises(Unmappable, match="nested too deeply"):
+        translate(_one(), _record(b"[" * 200_000), 4, 0)
+
+
 def test_an_empty_workflow_id_is_a_dead_letter() -> None:
     with pytest.raises(Unmappable, match="renders empty"):
         translate(_one(workflow_id="{value.id}"), _record({"id": ""}), 4, 0)
