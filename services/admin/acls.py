@@ -82,7 +82,8 @@ class IngressTopics:
     outcomes: str = ""  # an outcomes stream (source and dead letters empty): the topic it writes
 
 
-def role_grants(role: Role, prefix: str, queue: str = "", ingress: Sequence[IngressTopics] = ()) -> list[Grant]:
+def role_grants(role: Role, prefix: str, queue: str = "", ingress: Sequence[IngressTopics] = (),
+                egress: Sequence[str] = ()) -> list[Grant]:
     """What `role` needs on the cluster of `prefix` (a worker: of `queue`; the ingress: of its mappings). READ, WRITE
     and the other operations each imply DESCRIBE in Kafka, so DESCRIBE is listed only where nothing else is granted.
 
@@ -98,6 +99,10 @@ def role_grants(role: Role, prefix: str, queue: str = "", ingress: Sequence[Ingr
         return _ingress(prefix, ingress)
     if ingress:
         raise ValueError(f"--ingress is for the ingress role, not {role.value}")
+    if egress and role is not Role.SERVER:
+        raise ValueError(f"--egress-topics is for the server role, not {role.value}")
+    if egress:
+        return [*_server(prefix), *_egress(egress)]
     if role is Role.WORKER:
         problem = task_queue_problem(queue) if queue else "a worker's ACLs are per task queue: give --queue"
         if problem:
@@ -140,6 +145,20 @@ def _worker(prefix: str, queue: str) -> list[Grant]:
         Grant(Resource.GROUP, Pattern.LITERAL, reader_group(group), ("DESCRIBE",),
               "its replies reader (assigned by hand, never joins the group)"),
     ]
+
+
+def _egress(patterns: Sequence[str]) -> list[Grant]:
+    """WRITE on the topics workflows may publish to (`--egress-topics`): a pattern ending in one `*` is a prefixed
+    ACL, a plain name a literal one; Kafka's ACLs cannot express other wildcards."""
+    grants = []
+    for pattern in patterns:
+        stem = pattern[:-1] if pattern.endswith("*") else pattern
+        if not stem or any(ch in stem for ch in "*?[]"):
+            raise ValueError(f"Kafka ACLs cannot express the egress pattern {pattern!r}: use topic names or a "
+                             "prefix followed by one '*'")
+        grants.append(Grant(Resource.TOPIC, Pattern.PREFIXED if pattern.endswith("*") else Pattern.LITERAL, stem,
+                            ("WRITE",), "records workflows publish (workflow.publish, --egress-topics)"))
+    return grants
 
 
 def _ingress(prefix: str, mappings: Sequence[IngressTopics]) -> list[Grant]:

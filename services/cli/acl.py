@@ -48,6 +48,7 @@ class Format(StrEnum):
 
 RoleOpt = Annotated[Role, typer.Option("--role", help="server, worker, auditor or ingress.")]
 QueueOpt = Annotated[str, typer.Option("--queue", "-q", help="The task queue (worker role only).")]
+EgressOpt = Annotated[str, typer.Option("--egress-topics", help="The server's --egress-topics (server role only).")]
 IngressOpt = Annotated[Path | None, typer.Option("--ingress", exists=True, dir_okay=False,
                                                  help="The ingress file (ingress role only).")]
 PrincipalOpt = Annotated[str, typer.Option("--principal", "-p",
@@ -58,9 +59,10 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait fo
 T = TypeVar("T")
 
 
-def _grants(role: Role, prefix: str, queue: str, ingress: Path | None = None) -> list[Grant]:
+def _grants(role: Role, prefix: str, queue: str, ingress: Path | None = None, egress: str = "") -> list[Grant]:
     try:
-        return role_grants(role, prefix, queue, _ingress_topics(ingress) if ingress is not None else ())
+        return role_grants(role, prefix, queue, _ingress_topics(ingress) if ingress is not None else (),
+                           [p.strip() for p in egress.split(",") if p.strip()])
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from None
@@ -79,6 +81,7 @@ def print_acls(
     role: RoleOpt,
     queue: QueueOpt = "",
     ingress: IngressOpt = None,
+    egress_topics: EgressOpt = "",
     principal: PrincipalOpt = "",
     prefix: PrefixOpt = DEFAULT_PREFIX,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
@@ -86,7 +89,7 @@ def print_acls(
     Format.TABLE,
 ) -> None:
     """The ACLs a role needs, without touching Kafka."""
-    grants = _grants(role, prefix, queue, ingress)
+    grants = _grants(role, prefix, queue, ingress, egress_topics)
     if output is Format.JSON:
         print(json.dumps([dataclasses.asdict(g) for g in grants], indent=2))
         return
@@ -111,6 +114,7 @@ def grant_acls(
     principal: PrincipalOpt,
     queue: QueueOpt = "",
     ingress: IngressOpt = None,
+    egress_topics: EgressOpt = "",
     prefix: PrefixOpt = DEFAULT_PREFIX,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
     kafka_config: KafkaConfigOpt = None,
@@ -118,7 +122,7 @@ def grant_acls(
 ) -> None:
     """Create the role's ACLs for a principal (as a user allowed to alter ACLs, e.g. the broker's super user)."""
     use_kafka_config(kafka_config)
-    acls = bindings(_grants(role, prefix, queue, ingress), principal)
+    acls = bindings(_grants(role, prefix, queue, ingress, egress_topics), principal)
     admin = admin_client(kafka)
     wait_for_brokers(admin, kafka, timeout)
     _run(lambda: grant(admin, acls, timeout))
@@ -131,6 +135,7 @@ def revoke_acls(
     principal: PrincipalOpt,
     queue: QueueOpt = "",
     ingress: IngressOpt = None,
+    egress_topics: EgressOpt = "",
     prefix: PrefixOpt = DEFAULT_PREFIX,
     kafka: KafkaOpt = DEFAULT_BOOTSTRAP,
     kafka_config: KafkaConfigOpt = None,
@@ -138,7 +143,7 @@ def revoke_acls(
 ) -> None:
     """Delete exactly the role's ACLs of a principal (others it holds stay)."""
     use_kafka_config(kafka_config)
-    acls = bindings(_grants(role, prefix, queue, ingress), principal)
+    acls = bindings(_grants(role, prefix, queue, ingress, egress_topics), principal)
     admin = admin_client(kafka)
     wait_for_brokers(admin, kafka, timeout)
     removed = _run(lambda: revoke(admin, acls, timeout))

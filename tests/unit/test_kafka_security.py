@@ -176,6 +176,17 @@ def test_the_server_owns_its_prefix() -> None:
     assert lines[-1].endswith("--cluster")
 
 
+def test_the_server_may_write_the_egress_topics_it_allows() -> None:
+    grants = role_grants(Role.SERVER, "p", egress=["orders.*", "shop.events"])
+    egress = [(g.pattern, g.name, g.operations) for g in grants if g.resource is Resource.TOPIC
+              and not g.name.startswith("p.")]
+    assert egress == [(Pattern.PREFIXED, "orders.", ("WRITE",)), (Pattern.LITERAL, "shop.events", ("WRITE",))]
+    with pytest.raises(ValueError, match="cannot express"):
+        role_grants(Role.SERVER, "p", egress=["orders.*.v1"])
+    with pytest.raises(ValueError, match="server role"):
+        role_grants(Role.AUDITOR, "p", egress=["orders.*"])
+
+
 def test_acl_print_needs_no_broker() -> None:
     out = run_cli("acl", "print", "--role", "worker", "--queue", "orders", "--prefix", "p", "-o", "json", timeout=60)
     assert out.returncode == 0, out.stderr
