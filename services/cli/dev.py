@@ -139,7 +139,9 @@ def run_foreground(opts: DevOptions, say: Callable[[str], None]) -> None:
     process.write_pid_file(pid_file, os.getpid())
     try:
         say(f"Ostinato API on http://{DEFAULT_HOST}:{opts.port}  (Ctrl-C stops everything)")
-        serve(load_context(bootstrap, opts.prefix, shards), DEFAULT_HOST, opts.port, data_dir=opts.home / "data")
+        ingress = os.environ.get("OSTINATO_INGRESS")  # as `ostinato server` reads them (the detached one does)
+        serve(load_context(bootstrap, opts.prefix, shards), DEFAULT_HOST, opts.port, data_dir=opts.home / "data",
+              ingress=Path(ingress) if ingress else None, egress_topics=os.environ.get("OSTINATO_EGRESS_TOPICS", ""))
     finally:
         pid_file.unlink(missing_ok=True)
         if started:

@@ -10,7 +10,9 @@ The short form runs in CI; `-m chaos_full` runs the issue's 10,000 records of ea
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,10 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
             assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": good}
             _wait_signals(kafka, prefix, count)
             _wait_outcomes(kafka, completed, good)
+            metrics = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+            for line in ('ostinato_ingress_lag{mapping="orders"} 0.0', 'ostinato_ingress_lag{mapping="accounts"} 0.0'):
+                assert line in metrics, f"{line} not in /metrics"
+            assert re.search(r'^ostinato_outcomes_records_total\{stream="completed"\} [1-9]', metrics, re.M)
     finally:
         server.stop()
     assert kills == 3
