@@ -122,6 +122,9 @@ public final class TestWorker {
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             try {
                 worker.close();
+                // Not through java.util.logging: the JVM resets it when shutdown hooks start.
+                System.out.println("closed " + worker.identity());
+                System.out.flush();
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
