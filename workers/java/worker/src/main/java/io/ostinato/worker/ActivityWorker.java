@@ -164,6 +164,13 @@ public final class ActivityWorker implements AutoCloseable {
             throw new IllegalStateException("register at least one activity before starting the worker");
         }
         activityTopic = cluster.taskTopic(taskQueue, "activity");
+        String protocol = kafka.getProperty("security.protocol", "PLAINTEXT");
+        if (!protocol.equalsIgnoreCase(cluster.kafkaSecurityProtocol())) {
+            // The server never hands out credentials: each worker brings its own (docs/security.md).
+            LOG.log(System.Logger.Level.WARNING, "the server reaches Kafka with security.protocol="
+                    + cluster.kafkaSecurityProtocol() + " but this worker with " + protocol
+                    + ": set kafkaProperty(\"security.protocol\", ...) and this worker's credentials");
+        }
         new TaskTopics(cluster, kafka).ensure(taskQueue);
         producer = new KafkaProducer<>(producerConfig(), new ByteArraySerializer(), new ByteArraySerializer());
         int replyPartition = ThreadLocalRandom.current().nextInt(cluster.replyPartitions());
