@@ -252,9 +252,11 @@ public final class ActivityWorker implements AutoCloseable {
                                 && !ActivityRunner.tooLate(task, System.nanoTime() - asked)) {
                             running.incrementAndGet();
                             pool.execute(() -> runAttempt(task));
-                        } else if (err != null) {
-                            LOG.log(System.Logger.Level.WARNING, "could not report activity " + task.get("activity_id")
-                                    + " started: " + err + "; the engine's timeout retries it");
+                        } else if (err != null || reply.isEmpty()) {
+                            LOG.log(System.Logger.Level.WARNING, "activity " + task.get("activity_id") + " of "
+                                    + task.get("workflow_id") + " not run: " + (err != null ? err
+                                    : "no answer to RecordActivityTaskStarted in " + REPLY_TIMEOUT)
+                                    + "; the engine's timeout retries it");
                         }
                     } finally {
                         starting.decrementAndGet();
