@@ -3,33 +3,23 @@ package io.ostinato.worker;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.time.Duration;
-import java.time.Instant;
-import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeSet;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.apache.avro.generic.GenericRecord;
-import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.common.KafkaException;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -57,12 +47,6 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  */
 public final class ActivityWorker implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("ostinato.worker");
-    static final Duration REPLY_TIMEOUT = Duration.ofSeconds(30);
-    static final Duration POLL = Duration.ofMillis(50);
-    /** Finished tasks' offsets are committed at most this often; a crash re-reads at most that much more. */
-    static final long COMMIT_INTERVAL_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
-    /** Records carry payloads up to the claim-check threshold plus envelopes (schemas/topics.py). */
-    static final int MAX_RECORD_BYTES = 4 * 1024 * 1024;
 
     private final ClusterInfo cluster;
     private final String taskQueue;
@@ -73,25 +57,9 @@ public final class ActivityWorker implements AutoCloseable {
     private final JsonPayloadConverter converter;
     private final Map<String, Activity> activities = new LinkedHashMap<>();
     private final Codec codec = new Codec(Schemas.get());
-
-    private final OffsetTracker offsets = new OffsetTracker();
-    private final ConcurrentLinkedQueue<ConsumerRecord<byte[], byte[]>> done = new ConcurrentLinkedQueue<>();
-    private final Set<CompletableFuture<?>> starts = ConcurrentHashMap.newKeySet();
-    private final Set<Attempt> attempts = ConcurrentHashMap.newKeySet();
-    private final AtomicInteger starting = new AtomicInteger();
-    private final AtomicInteger running = new AtomicInteger();
-    private volatile boolean stopping;
-    private long committedAt;
-
-    private Thread poller;
-    private KafkaConsumer<byte[], byte[]> consumer;
-    private KafkaProducer<byte[], byte[]> producer;
-    private ReplyReader replies;
-    private ExecutorService pool;
-    private ScheduledExecutorService timers;
-    private Engine engine;
-    private ActivityRunner runner;
-    private String activityTopic;
+    private TaskPoller poller;
+    private Thread thread;
+    private boolean closed;
 
     private ActivityWorker(Builder b) {
         this.cluster = b.cluster;
@@ -113,7 +81,7 @@ public final class ActivityWorker implements AutoCloseable {
 
     /** Serve {@code type} with {@code activity}; its arguments are read through {@link ActivityInput}. */
     public synchronized ActivityWorker register(String type, Activity activity) {
-        if (poller != null) {
+        if (thread != null) {
             throw new IllegalStateException("register activities before the worker starts");
         }
         if (activities.putIfAbsent(type, activity) != null) {
@@ -157,42 +125,53 @@ public final class ActivityWorker implements AutoCloseable {
 
     /** Connect and start serving on a thread of the worker's own; returns once subscribed. */
     public synchronized void start() {
-        if (poller != null) {
+        if (thread != null) {
             return;
+        }
+        if (closed) {
+            throw new IllegalStateException("the worker is closed");
         }
         if (activities.isEmpty()) {
             throw new IllegalStateException("register at least one activity before starting the worker");
         }
-        activityTopic = cluster.taskTopic(taskQueue, "activity");
-        String protocol = kafka.getProperty("security.protocol", "PLAINTEXT");
-        if (!protocol.equalsIgnoreCase(cluster.kafkaSecurityProtocol())) {
+        KafkaSettings settings = new KafkaSettings(cluster, identity, kafka);
+        if (!settings.securityProtocol().equalsIgnoreCase(cluster.kafkaSecurityProtocol())) {
             // The server never hands out credentials: each worker brings its own (docs/security.md).
             LOG.log(System.Logger.Level.WARNING, "the server reaches Kafka with security.protocol="
-                    + cluster.kafkaSecurityProtocol() + " but this worker with " + protocol
+                    + cluster.kafkaSecurityProtocol() + " but this worker with " + settings.securityProtocol()
                     + ": set kafkaProperty(\"security.protocol\", ...) and this worker's credentials");
         }
         new TaskTopics(cluster, kafka).ensure(taskQueue);
-        producer = new KafkaProducer<>(producerConfig(), new ByteArraySerializer(), new ByteArraySerializer());
+        KafkaProducer<byte[], byte[]> producer =
+                new KafkaProducer<>(settings.producer(), new ByteArraySerializer(), new ByteArraySerializer());
         int replyPartition = ThreadLocalRandom.current().nextInt(cluster.replyPartitions());
-        replies = new ReplyReader(base(), cluster.repliesTopic(), replyPartition, codec);
+        ReplyReader replies = new ReplyReader(settings.base(), cluster.repliesTopic(), replyPartition, codec);
         replies.start();
-        engine = new Engine(producer, replies, codec, cluster, replyPartition, identity);
-        timers = new ScheduledThreadPoolExecutor(1, daemon("ostinato-heartbeats"));
-        pool = new ThreadPoolExecutor(maxConcurrent, maxConcurrent, 60, TimeUnit.SECONDS,
+        Engine engine = new Engine(producer, replies, codec, cluster, replyPartition, identity);
+        ScheduledExecutorService timers = new ScheduledThreadPoolExecutor(1, daemon("ostinato-heartbeats"));
+        ExecutorService pool = new ThreadPoolExecutor(maxConcurrent, maxConcurrent, 60, TimeUnit.SECONDS,
                 new LinkedBlockingQueue<>(), daemon("ostinato-activity"));
-        runner = new ActivityRunner(Map.copyOf(activities), converter, engine, timers, identity);
-        consumer = new KafkaConsumer<>(consumerConfig(), new ByteArrayDeserializer(), new ByteArrayDeserializer());
-        consumer.subscribe(List.of(activityTopic), new Rebalance());
-        poller = new Thread(this::pollLoop, "ostinato-worker-" + taskQueue);
-        poller.start();
-        LOG.log(System.Logger.Level.INFO, "worker " + identity + " serving " + activityTopic + " ("
+        ActivityRunner runner = new ActivityRunner(Map.copyOf(activities), converter, engine, timers, identity);
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(settings.consumer(taskQueue),
+                new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        poller = new TaskPoller(consumer, producer, replies, engine, runner, pool, timers, codec, maxConcurrent,
+                shutdownTimeout, identity);
+        String topic = cluster.taskTopic(taskQueue, "activity");
+        consumer.subscribe(List.of(topic), poller.rebalanceListener());
+        thread = new Thread(poller, "ostinato-worker-" + taskQueue);
+        thread.start();
+        LOG.log(System.Logger.Level.INFO, "worker " + identity + " serving " + topic + " ("
                 + String.join(", ", activityTypes()) + ")");
     }
 
     /** Start (unless started) and serve until {@link #close()} is called, e.g. from a shutdown hook. */
     public void run() throws InterruptedException {
         start();
-        poller.join();
+        Thread serving;
+        synchronized (this) {
+            serving = thread;
+        }
+        serving.join();
     }
 
     /**
@@ -201,224 +180,20 @@ public final class ActivityWorker implements AutoCloseable {
      */
     @Override
     public void close() throws InterruptedException {
-        stopping = true;
-        Thread thread;
+        Thread serving;
         synchronized (this) {
-            thread = poller;
-        }
-        if (thread != null && thread != Thread.currentThread()) {
-            thread.join();
-        }
-    }
-
-    // -- the poll thread -----------------------------------------------------------------------------------------
-
-    private void pollLoop() {
-        try {
-            while (!stopping) {
-                for (ConsumerRecord<byte[], byte[]> record : consumer.poll(POLL)) {
-                    offsets.begin(new TopicPartition(record.topic(), record.partition()), record.offset());
-                    take(record);
-                }
-                commitDone(false);
-                backpressure();
+            closed = true;
+            serving = thread;
+            if (poller != null) {
+                poller.stop();
             }
-            drain();
-        } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.ERROR, "worker " + identity + " stopped: " + Failures.describe(e));
-        } finally {
-            closeClients();
+        }
+        if (serving != null && serving != Thread.currentThread()) {
+            serving.join();
         }
     }
 
-    /** Report the attempt started; run it once the engine accepted, and let its offset go either way. */
-    private void take(ConsumerRecord<byte[], byte[]> record) {
-        GenericRecord task;
-        try {
-            task = codec.decode("ostinato.task.ActivityTask", record.value());
-        } catch (WireException e) {
-            LOG.log(System.Logger.Level.ERROR, "skipping an unreadable task at " + record.topic() + "["
-                    + record.partition() + "]@" + record.offset() + ": " + e.getMessage());
-            done.add(record);
-            return;
-        }
-        starting.incrementAndGet();
-        long asked = System.nanoTime();
-        CompletableFuture<?> start = engine.request(task, Engine.body("RecordActivityTaskStarted", task).build(),
-                        REPLY_TIMEOUT)
-                .handle((reply, err) -> {
-                    try {
-                        if (err == null && reply.isPresent() && Engine.accepted(reply.get())
-                                && !ActivityRunner.tooLate(task, System.nanoTime() - asked)) {
-                            running.incrementAndGet();
-                            pool.execute(() -> runAttempt(task));
-                        } else if (err != null || reply.isEmpty()) {
-                            LOG.log(System.Logger.Level.WARNING, "activity " + task.get("activity_id") + " of "
-                                    + task.get("workflow_id") + " not run: " + (err != null ? err
-                                    : "no answer to RecordActivityTaskStarted in " + REPLY_TIMEOUT)
-                                    + "; the engine's timeout retries it");
-                        }
-                    } finally {
-                        starting.decrementAndGet();
-                        done.add(record);  // from here on the engine's timeouts protect the task
-                    }
-                    return null;
-                });
-        starts.add(start);
-        start.whenComplete((v, e) -> starts.remove(start));
-    }
-
-    private void runAttempt(GenericRecord task) {
-        try {
-            runner.run(task, Instant.now(), attempts);
-        } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.ERROR, "running activity " + task.get("activity_id") + " failed; the "
-                    + "engine's timeout retries it: " + Failures.describe(e));
-        } finally {
-            running.decrementAndGet();
-        }
-    }
-
-    private void commitDone(boolean sync) {
-        for (ConsumerRecord<byte[], byte[]> record; (record = done.poll()) != null; ) {
-            offsets.done(new TopicPartition(record.topic(), record.partition()), record.offset());
-        }
-        long now = System.nanoTime();
-        if (!sync && now - committedAt < COMMIT_INTERVAL_NANOS) {
-            return;
-        }
-        committedAt = now;
-        Map<TopicPartition, OffsetAndMetadata> upto = offsets.committable();
-        if (upto.isEmpty()) {
-            return;
-        }
-        try {
-            if (sync) {
-                consumer.commitSync(upto);
-            } else {
-                consumer.commitAsync(upto, (o, err) -> {
-                    if (err != null) {  // e.g. revoked meanwhile: its next owner re-reads from before
-                        LOG.log(System.Logger.Level.WARNING, "commit of " + o.size() + " offsets failed: " + err);
-                    }
-                });
-            }
-        } catch (KafkaException e) {
-            LOG.log(System.Logger.Level.WARNING, "commit of " + upto.size() + " offsets failed: " + e);
-        }
-    }
-
-    /** Pause every partition while the worker is full, so tasks wait in Kafka (where any worker can take them). */
-    private void backpressure() {
-        boolean full = running.get() + starting.get() >= maxConcurrent;
-        if (full) {
-            consumer.pause(consumer.assignment());
-        } else if (!consumer.paused().isEmpty()) {
-            consumer.resume(consumer.paused());
-        }
-    }
-
-    private void drain() {
-        LOG.log(System.Logger.Level.INFO, "worker " + identity + " shutting down: " + running.get()
-                + " activities running, " + starts.size() + " starting");
-        waitFor(CompletableFuture.allOf(starts.toArray(new CompletableFuture<?>[0])), REPLY_TIMEOUT);
-        attempts.forEach(a -> a.requestStop(Attempt.StopReason.WORKER_SHUTDOWN));
-        pool.shutdown();
-        try {
-            if (!pool.awaitTermination(shutdownTimeout.toMillis(), TimeUnit.MILLISECONDS)) {
-                LOG.log(System.Logger.Level.WARNING, running.get() + " activities did not stop within "
-                        + shutdownTimeout + "; the engine's timeouts retry them");
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        producer.flush();
-        commitDone(true);
-    }
-
-    private void closeClients() {
-        try {
-            if (pool != null) {
-                pool.shutdownNow();
-            }
-            if (timers != null) {
-                timers.shutdownNow();
-            }
-            consumer.close(Duration.ofSeconds(10));
-            producer.close(Duration.ofSeconds(10));
-            replies.close();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.WARNING, "closing the Kafka clients: " + e);
-        }
-    }
-
-    private static void waitFor(CompletableFuture<?> future, Duration timeout) {
-        try {
-            future.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
-        } catch (Exception e) {
-            LOG.log(System.Logger.Level.WARNING, "gave up waiting after " + timeout + ": " + e);
-        }
-    }
-
-    /** Commit what finished on revoked partitions, then forget them: their next owner goes on from there. */
-    private final class Rebalance implements ConsumerRebalanceListener {
-        @Override
-        public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-            commitDone(true);
-            offsets.forget(partitions);
-        }
-
-        @Override
-        public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
-        }
-
-        @Override
-        public void onPartitionsLost(Collection<TopicPartition> partitions) {
-            offsets.forget(partitions);
-        }
-    }
-
-    // -- Kafka settings ------------------------------------------------------------------------------------------
-
-    private Properties base() {
-        Properties props = new Properties();
-        props.put("bootstrap.servers", cluster.kafkaBootstrap());
-        props.put("client.id", identity);
-        props.putAll(kafka);  // the worker's own security settings and overrides
-        return props;
-    }
-
-    private Properties consumerConfig() {
-        Properties props = base();
-        props.put("group.id", cluster.workerGroup(taskQueue));
-        props.put("enable.auto.commit", "false");
-        props.put("isolation.level", "read_committed");
-        props.put("auto.offset.reset", "earliest");
-        // The Python workers of the queue use librdkafka's cooperative-sticky: one group needs one protocol.
-        props.put("partition.assignment.strategy", "org.apache.kafka.clients.consumer.CooperativeStickyAssignor");
-        // A dead worker's partitions move on after 10 s, as with the Python worker (the default strands 45 s).
-        props.put("session.timeout.ms", "10000");
-        props.put("heartbeat.interval.ms", "2000");
-        props.put("fetch.max.wait.ms", "20");
-        props.put("max.poll.records", "100");
-        props.put("fetch.max.bytes", String.valueOf(MAX_RECORD_BYTES * 2));
-        props.put("allow.auto.create.topics", "false");  // task topics carry configs only TaskTopics sets
-        props.putAll(kafka);
-        return props;
-    }
-
-    private Properties producerConfig() {
-        Properties props = base();
-        props.put("enable.idempotence", "true");
-        props.put("acks", "all");
-        props.put("linger.ms", "0");
-        props.put("max.request.size", String.valueOf(MAX_RECORD_BYTES));
-        props.putAll(kafka);
-        return props;
-    }
-
-    private static java.util.concurrent.ThreadFactory daemon(String prefix) {
+    private static ThreadFactory daemon(String prefix) {
         AtomicInteger n = new AtomicInteger();
         return r -> {
             Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());

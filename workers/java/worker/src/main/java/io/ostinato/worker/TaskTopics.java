@@ -34,7 +34,7 @@ final class TaskTopics {
         int rf = cluster.replicationFactor();
         Map<String, String> configs = Map.of(
                 "min.insync.replicas", rf >= 3 ? "2" : "1",
-                "max.message.bytes", String.valueOf(ActivityWorker.MAX_RECORD_BYTES),
+                "max.message.bytes", String.valueOf(KafkaSettings.MAX_RECORD_BYTES),
                 "cleanup.policy", "delete",
                 "retention.ms", RETENTION_MS);
         List<NewTopic> topics = new ArrayList<>();

@@ -9,8 +9,9 @@ import org.junit.jupiter.api.Test;
 /** The answer of GET /api/v1/cluster as services/server.py writes it, and the names derived from it. */
 class ClusterInfoTest {
     private static final String ANSWER = "{\"kafka_bootstrap\": \"127.0.0.1:9092\", \"kafka_security\": "
-            + "{\"security.protocol\": \"SASL_SSL\", \"sasl.mechanism\": \"SCRAM-SHA-512\"}, \"topic_prefix\": \"prod\", "
-            + "\"shards\": 16, \"replication_factor\": 3, \"reply_partitions\": 8, \"server_version\": \"0.1.0\"}";
+            + "{\"security.protocol\": \"SASL_SSL\", \"sasl.mechanism\": \"SCRAM-SHA-512\"}, "
+            + "\"topic_prefix\": \"prod\", \"shards\": 16, \"replication_factor\": 3, \"reply_partitions\": 8, "
+            + "\"server_version\": \"0.1.0\"}";
 
     @Test
     void readsWhatAWorkerNeedsAndNamesTheTopicsAndGroupAsPythonDoes() throws IOException {
@@ -24,6 +25,7 @@ class ClusterInfoTest {
 
     @Test
     void anAnswerWithoutTheShardCountIsRefused() {
-        assertThrows(IOException.class, () -> ClusterInfo.parse("{\"kafka_bootstrap\": \"x\", \"topic_prefix\": \"p\"}"));
+        String noShards = "{\"kafka_bootstrap\": \"x\", \"topic_prefix\": \"p\"}";
+        assertThrows(IOException.class, () -> ClusterInfo.parse(noShards));
     }
 }
