@@ -92,6 +92,18 @@ class ProgressInJava:
 
 
 @workflow.defn
+class SlotsInJava:
+    @workflow.run
+    async def run(self, count: int) -> list[Any]:
+        # One attempt each, four seconds from its start, served one at a time (1.5 s each): the last would run out
+        # of time if a worker with one slot started every task it fetched and let them wait for the slot.
+        return list(await asyncio.gather(*(
+            workflow.execute_activity("java_sleep", 1500, start_to_close_timeout=timedelta(seconds=4),
+                                      retry_policy=RetryPolicy(maximum_attempts=1))
+            for _ in range(count))))
+
+
+@workflow.defn
 class CancelInJava:
     def __init__(self) -> None:
         self.stop = False
@@ -161,8 +173,8 @@ def java_classpath() -> str:
 class JavaWorker:
     """`TestWorker.java` in a process of its own, started like any user's worker: a server URL and a queue."""
 
-    def __init__(self, classpath: str, server_url: str, queue: str, log: Path) -> None:
-        self.argv = ["java", "-cp", classpath, MAIN, server_url, queue]
+    def __init__(self, classpath: str, server_url: str, queue: str, log: Path, max_concurrent: int = 100) -> None:
+        self.argv = ["java", "-cp", classpath, MAIN, server_url, queue, str(max_concurrent)]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -314,6 +326,21 @@ def test_a_workflow_cancels_a_running_java_activity(server: ServerProcess, java_
     assert canceled["identity"] == JAVA_IDENTITY
     assert canceled["details"][0]["metadata"]["encoding"] == b"json/plain"
     assert int(canceled["details"][0]["data"]) >= 1
+
+
+def test_a_full_java_worker_leaves_tasks_in_kafka_until_a_slot_frees(server: ServerProcess, java_classpath: str,
+                                                                     tmp_path: Path) -> None:
+    queue = f"java-slots-{uuid.uuid4().hex[:6]}"
+    java = JavaWorker(java_classpath, server.url, queue, tmp_path / "java.log", max_concurrent=1).start()
+    try:
+        async def scenario(client: Client) -> Any:
+            async with Worker(client, task_queue=queue, workflows=[SlotsInJava]):
+                return await client.execute_workflow(SlotsInJava.run, 3, id=f"java-slots-{uuid.uuid4().hex[:8]}",
+                                                     task_queue=queue)
+
+        assert _run(scenario, server.url) == [1, 1, 1]
+    finally:
+        java.stop()
 
 
 def _hand_over(server: ServerProcess, classpath: str, tmp_path: Path, heartbeat_timeout_s: float,

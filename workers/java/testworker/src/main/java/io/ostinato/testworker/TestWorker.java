@@ -51,6 +51,13 @@ public final class TestWorker {
             return order + " ok on attempt " + attempt;
         }
 
+        /** Sleeps, then tells which attempt it was: for the backpressure test, where each slot is one at a time. */
+        @ActivityMethod(name = "java_sleep")
+        public int sleep(ActivityContext ctx, long millis) throws InterruptedException {
+            Thread.sleep(millis);
+            return ctx.info().attempt();
+        }
+
         /** A failure no retry policy retries. */
         @ActivityMethod(name = "java_decline")
         public String decline(ActivityContext ctx, String order) {

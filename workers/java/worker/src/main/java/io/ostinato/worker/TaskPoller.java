@@ -3,6 +3,7 @@ package io.ostinato.worker;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.Collection;
+import java.util.HashSet;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -15,6 +16,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.avro.generic.GenericRecord;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -99,10 +101,7 @@ final class TaskPoller implements Runnable {
     public void run() {
         try {
             while (!stopping) {
-                for (ConsumerRecord<byte[], byte[]> record : consumer.poll(POLL)) {
-                    offsets.begin(new TopicPartition(record.topic(), record.partition()), record.offset());
-                    take(record);
-                }
+                takeWhileFree(consumer.poll(POLL));
                 commitDone(false);
                 backpressure();
             }
@@ -111,6 +110,28 @@ final class TaskPoller implements Runnable {
             LOG.log(System.Logger.Level.ERROR, "worker " + identity + " stopped: " + Failures.describe(e));
         } finally {
             closeClients();
+        }
+    }
+
+    /**
+     * Take tasks while the worker has free slots; a partition whose next task does not fit is rewound to it, so
+     * what the worker cannot run now stays in Kafka (for this worker once a slot frees, or for the partition's
+     * next owner) instead of being started here and waiting for a thread while its timeout runs.
+     */
+    private void takeWhileFree(ConsumerRecords<byte[], byte[]> records) {
+        Set<TopicPartition> rewound = new HashSet<>();
+        for (ConsumerRecord<byte[], byte[]> record : records) {
+            TopicPartition tp = new TopicPartition(record.topic(), record.partition());
+            if (rewound.contains(tp)) {
+                continue;
+            }
+            if (running.get() + starting.get() >= maxConcurrent) {
+                consumer.seek(tp, record.offset());
+                rewound.add(tp);
+                continue;
+            }
+            offsets.begin(tp, record.offset());
+            take(record);
         }
     }
 
