@@ -206,12 +206,14 @@ def lag_of(consumer: KafkaConsumer) -> int:
     if not assignment:
         return 0
     for tp in consumer.position(assignment):
+        if tp.offset < 0:  # nothing fetched since the assignment: the position is not known yet, nor the lag
+            continue
         try:
-            low, high = consumer.get_watermark_offsets(tp, cached=True)
+            _, high = consumer.get_watermark_offsets(tp, cached=True)
         except KafkaException:
             continue
         if high >= 0:
-            total += max(0, high - (tp.offset if tp.offset >= 0 else low))
+            total += max(0, high - tp.offset)
     return total
 
 
