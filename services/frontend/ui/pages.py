@@ -51,9 +51,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+def render(request: web.Request, template: str, http_status: int = 200, **context: Any) -> web.Response:
+    """`template` with `context` (whose `status` is a run's or a filter's, hence `http_status` for the answer's)."""
     text = request.app[TEMPLATES].get_template(template).render(auth_on=request.app[AUTH_ON], **context)
-    response = web.Response(text=text, status=status, content_type="text/html")
+    response = web.Response(text=text, status=http_status, content_type="text/html")
     if template.startswith("parts/"):
         response.headers["Cache-Control"] = "no-store"  # parts hold cluster data read with the user's token
     return response
@@ -61,7 +62,7 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
 
 def failed(request: web.Request, answer: Answer, what: str) -> web.Response:
     """The API's error, its own message shown as it is, with its status (the page swaps it in all the same)."""
-    return render(request, "parts/error.html", status=answer.status, what=what, answer=answer)
+    return render(request, "parts/error.html", http_status=answer.status, what=what, answer=answer)
 
 
 def _api_base(request: web.Request) -> str:
@@ -233,9 +234,9 @@ async def action_part(request: web.Request) -> web.Response:
         else:
             body["reason"] = str(form.get("reason", ""))
     except _BadForm as exc:
-        return render(request, "parts/action.html", status=400, action=action, error=str(exc), answer=None)
+        return render(request, "parts/action.html", http_status=400, action=action, error=str(exc), answer=None)
     answer = await request.app[API].post(request, f"{_run_base(request)}/{action}", body)
-    response = render(request, "parts/action.html", status=answer.status, action=action, error="", answer=answer,
+    response = render(request, "parts/action.html", http_status=answer.status, action=action, error="", answer=answer,
                       result=present.pretty(answer.body.get("result")) if answer.ok and action == "query" else "")
     if answer.ok and action != "query":
         response.headers["HX-Trigger"] = "ostinato-run-changed"  # the run and its history show what happened
