@@ -206,6 +206,8 @@ def test_task_queue_namespaces_and_cluster_pages(served: ServerProcess, page: Pa
     expect(page).to_have_url(f"{served.url}/ui/namespaces/default/task-queues/{QUEUE}")
     expect(page.locator("#task-queue-kinds")).to_contain_text("workflow")
     expect(page.locator("main")).not_to_contain_text("No worker is in the queue's group")
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/no-such-parcel")
+    expect(page.locator("#run .error")).to_contain_text("no workflow 'no-such-parcel'")  # the API's 404, in place
 
 
 def test_with_auth_on_the_ui_asks_for_a_token_and_the_api_roles_apply(

@@ -29,6 +29,7 @@ HTMX = "htmx-2.0.11.min.js"  # npm htmx.org@2.0.11 (0BSD, see static/htmx-LICENS
 PAGES, PARTS = "/ui", "/ui-parts"
 LIST_PAGE_SIZE = 50
 HISTORY_PAGE_SIZE = 200  # rows per page of the history table; the API serves up to 1,000
+TIMELINE_BARS = 40  # a compact timeline: a run that fans out to hundreds of timers shows its first 40
 DOWNLOAD_PAGE_SIZE = 1000
 ACTIONS = ("signal", "query", "cancel", "terminate")
 
@@ -162,10 +163,11 @@ async def history_part(request: web.Request) -> web.Response:
         return failed(request, page, "The history cannot be read")
     events = page.body["events"]
     rows = [(e, present.event_summary(e), present.pretty(present.attributes(e))) for e in events]
+    bars = [] if token else present.timeline(events, time.time_ns() // 1_000_000)
     return render(request, "parts/history.html", ns=request.match_info["namespace"],
                   wf=request.match_info["workflow_id"], run_id=page.body["run_id"], rows=rows, more=token != "",
                   next_page_token=page.body["next_page_token"],
-                  bars=[] if token else present.timeline(events, time.time_ns() // 1_000_000))
+                  bars=bars[:TIMELINE_BARS], more_bars=max(0, len(bars) - TIMELINE_BARS))
 
 
 async def history_download(request: web.Request) -> web.Response:
