@@ -20,10 +20,11 @@ import pytest
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.schemas.keys import shard_for
 from ostinato.services.admin.cluster import init_cluster
 from tests.browser.ui_app import NOBODY, QUEUE
 from tests.conftest import run_cli
-from tests.tools.servers import ServerProcess
+from tests.tools.servers import ServerProcess, two_servers
 
 CHROMIUM = os.environ.get("OSTINATO_CHROMIUM", "/usr/bin/chromium")
 # What this machine's Chromium needs headless as root, with no network beyond loopback (polyglot.md).
@@ -251,3 +252,30 @@ def test_with_auth_on_the_ui_asks_for_a_token_and_the_api_roles_apply(
         expect(page.locator("#run-status")).to_have_text("TERMINATED")
     finally:
         server.stop()
+
+
+def test_a_run_owned_by_another_server_is_read_through_its_redirect_with_the_token(
+        kafka: KafkaCluster, page: Page, tmp_path: Path) -> None:
+    """The UI reads through the API, so a run whose shard the other server owns is redirected there, and the
+    user's token goes along (a redirect across origins would drop it if the UI left that to aiohttp)."""
+    prefix = f"ur{uuid.uuid4().hex[:8]}"
+    init_cluster(kafka.bootstrap, prefix, shards=2)
+    config = tmp_path / "auth.json"
+    config.write_text(json.dumps({"tokens": {"w-token": {"*": "writer"}}}))
+    with two_servers(kafka.bootstrap, prefix, tmp_path, extra_args=("--auth-config", str(config))) as (a, b):
+        elsewhere = set(b.wait_owning(1)) - set(a.wait_owning(1))
+        assert elsewhere, "each server owns a shard of its own"
+        workflow_id = next(wf for wf in (f"far-{i}" for i in range(1000))
+                           if shard_for("default", wf, 2) in elsewhere)
+        status, body = call(f"{b.url}/api/v1/namespaces/default/workflows", "POST", {
+            "workflow_id": workflow_id, "workflow_type": "Parcel", "task_queue": QUEUE, "input": [{"id": 1}]},
+            "w-token")
+        assert status == 201, body
+        page.goto(f"{a.url}/ui/namespaces/default/workflows/{workflow_id}")
+        page.locator("#token-input").fill("w-token")
+        page.get_by_role("button", name="Use this token").click()
+        expect(page.locator("#run-status")).to_have_text("RUNNING")
+        expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_STARTED")
+        page.locator("#terminate-reason").fill("from the other server")
+        page.get_by_role("button", name="Terminate", exact=True).click()
+        expect(page.locator("#run-status")).to_have_text("TERMINATED")
