@@ -125,7 +125,9 @@ def test_the_list_filters_by_status_and_query_and_shows_a_bad_query_as_the_api_w
     expect(page.get_by_role("link", name=kept)).to_have_count(0)
     expect(page.locator(".chip.on")).to_contain_text("Terminated")
 
-    page.locator(".chips a").first.click()
+    page.locator(".chips a").first.focus()  # back to every status, from the keyboard
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{served.url}/ui/namespaces/default/workflows?query=")
     page.get_by_label("Query").fill(f"WorkflowId = '{kept}'")
     page.get_by_role("button", name="Search").click()
     expect(page.get_by_role("link", name=kept)).to_be_visible()
@@ -153,7 +155,9 @@ def test_a_run_shows_its_pending_activity_and_history_answers_a_query_and_finish
     expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_STARTED")
     expect(page.locator("#history-table")).to_contain_text("ACTIVITY_TASK_SCHEDULED")
     first = page.locator("#history-table tr.event").first
-    first.locator("summary").click()  # expand the started event to its whole payload
+    first.locator("summary").focus()  # expand the started event to its whole payload, from the keyboard
+    page.keyboard.press("Enter")
+    expect(first.locator("details")).to_have_attribute("open", "")
     expect(first.locator("pre")).to_contain_text(f'"id": "{workflow_id}"')
     expect(page.locator("#history .timeline")).to_contain_text("weigh")
     page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
