@@ -283,3 +283,26 @@ def test_a_run_owned_by_another_server_is_read_through_its_redirect_with_the_tok
         page.locator("#terminate-reason").fill("from the other server")
         page.get_by_role("button", name="Terminate", exact=True).click()
         expect(page.locator("#run-status")).to_have_text("TERMINATED")
+
+
+def test_runs_held_by_processor_processes_are_read_through_the_relay(
+        kafka: KafkaCluster, page: Page, tmp_path: Path) -> None:
+    """With `--processor-mode process` no store is in the server's own process: the UI's reads go through the API,
+    which relays them to the processor process owning the shard."""
+    prefix = f"up{uuid.uuid4().hex[:8]}"
+    init_cluster(kafka.bootstrap, prefix, shards=2)
+    server = ServerProcess(kafka.bootstrap, prefix, tmp_path / "data", tmp_path / "server.log",
+                           extra_args=("--processors", "2", "--processor-mode", "process")).start()
+    try:
+        server.wait_owning(2)
+        for shard in (0, 1):  # one run on each processor process's shard
+            workflow_id = next(wf for wf in (f"relayed-{uuid.uuid4().hex[:6]}" for _ in range(1000))
+                               if shard_for("default", wf, 2) == shard)
+            status, body = call(f"{server.url}/api/v1/namespaces/default/workflows", "POST", {
+                "workflow_id": workflow_id, "workflow_type": "Parcel", "task_queue": QUEUE, "input": [{"id": 1}]})
+            assert status == 201, body
+            page.goto(f"{server.url}/ui/namespaces/default/workflows/{workflow_id}")
+            expect(page.locator("#run-status")).to_have_text("RUNNING")
+            expect(page.locator("#history-table")).to_contain_text("WORKFLOW_TASK_SCHEDULED")
+    finally:
+        server.stop()
