@@ -62,8 +62,11 @@ def render(request: web.Request, template: str, http_status: int = 200, **contex
 
 
 def failed(request: web.Request, answer: Answer, what: str) -> web.Response:
-    """The API's error, its own message shown as it is, with its status (the page swaps it in all the same)."""
-    return render(request, "parts/error.html", http_status=answer.status, what=what, answer=answer)
+    """The API's error, its own message shown as it is, with its status (the page swaps it in all the same). A 503
+    is a shard moving between owners or Kafka away for a moment (the API says so with `Retry-After`): the part
+    asks again by itself after a second, so a page opened during a rebalance fills in once it is over."""
+    return render(request, "parts/error.html", http_status=answer.status, what=what, answer=answer,
+                  retry_url=request.path_qs if answer.status == 503 else "")
 
 
 def _api_base(request: web.Request) -> str:
