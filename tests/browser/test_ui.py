@@ -68,6 +68,7 @@ def playwright() -> Iterator[Playwright]:
 @pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     try:
         yield browser
     finally:
@@ -116,7 +117,6 @@ def test_the_list_filters_by_status_and_query_and_shows_a_bad_query_as_the_api_w
     expect(page.get_by_role("link", name=kept)).to_be_visible()
     expect(page.get_by_role("link", name=ended)).to_be_visible()  # auto-refresh brings the late visibility record
     expect(page.locator("#token-dialog")).not_to_be_visible()  # auth is off: no token asked for
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "workflows.png"), full_page=True)
 
     page.locator(".chip.status-terminated").click()
@@ -204,6 +204,7 @@ def test_task_queue_namespaces_and_cluster_pages(served: ServerProcess, page: Pa
     page.goto(f"{served.url}/ui/cluster")
     expect(page.locator("#owners tbody tr")).to_have_count(SHARDS)
     expect(page.locator("#owners")).to_contain_text(served.url)
+    page.screenshot(path=str(SCREENSHOTS / "cluster.png"), full_page=True)
     page.get_by_role("link", name="Namespaces").click()
     expect(page.locator("#namespace-list")).to_contain_text("default")
     page.get_by_label("Task queue").fill(QUEUE)
