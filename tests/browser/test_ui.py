@@ -172,8 +172,9 @@ def test_a_run_shows_its_pending_activity_and_history_answers_a_query_and_finish
     expect(page.locator("#action-result")).to_contain_text("Signal sent")
     expect(page.locator("#run-status")).to_have_text("COMPLETED")  # the run part refreshes while the run runs
     expect(page.locator("#run-result")).to_contain_text('"delivered_to": "dock 7"')
+    expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_COMPLETED")  # reloaded at the close
     page.get_by_role("button", name="Reload history").click()
-    expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_COMPLETED")
+    expect(page.locator("#history-table tr.event").last).to_contain_text("WORKFLOW_EXECUTION_COMPLETED")
 
     with page.expect_download() as download:
         page.get_by_role("button", name="Download history JSON").click()

@@ -148,10 +148,17 @@ async def run_part(request: web.Request) -> web.Response:
                                           api.get(request, f"{base}/history", {**params, "filter": "close"}))
     started = first.body["events"][0]["attributes"] if first.ok and first.body["events"] else {}
     close = closing.body["events"][0] if closing.ok and closing.body["events"] else None
-    return render(request, "parts/run.html", ns=request.match_info["namespace"], wf=request.match_info["workflow_id"],
-                  run=run, started=started, close=close, close_attrs=(close or {}).get("attributes") or {},
-                  failure_chain=present.failure_chain(((close or {}).get("attributes") or {}).get("failure")),
-                  now_ms=time.time_ns() // 1_000_000, named_run=named, pretty=present.pretty)
+    response = render(request, "parts/run.html", ns=request.match_info["namespace"],
+                      wf=request.match_info["workflow_id"], run=run, started=started, close=close,
+                      close_attrs=(close or {}).get("attributes") or {},
+                      failure_chain=present.failure_chain(((close or {}).get("attributes") or {}).get("failure")),
+                      now_ms=time.time_ns() // 1_000_000, named_run=named, pretty=present.pretty)
+    if request.query.get("polling"):  # the page watches a running run: its history table follows what happens
+        if close is not None:
+            response.headers["HX-Trigger"] = "ostinato-run-changed"
+        elif request.query.get("events") != str(run["next_event_id"]):
+            response.headers["HX-Trigger"] = "ostinato-history-grew"
+    return response
 
 
 async def history_part(request: web.Request) -> web.Response:
