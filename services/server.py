@@ -134,6 +134,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.frontend.namespaces_api import Namespaces
     from ostinato.services.frontend.namespaces_api import config_for as namespace_config
     from ostinato.services.frontend.namespaces_api import install as install_namespaces
+    from ostinato.services.frontend.ui import install as install_ui
     from ostinato.services.frontend.visibility_api import install as install_visibility
     from ostinato.services.history.processes import ProcessorProcesses
     from ostinato.services.history.processor import ProcessorOptions, owner_id_of
@@ -230,6 +231,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
                            (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
                            opensearch_url=opensearch_url)
+        install_ui(app, endpoint, auth_on=auth is not None)  # the web UI at /, reading through this API
         if archive_uri and archiver:
             _install_archival(app, ctx, archive_uri, endpoint, auth)
         if mappings is not None:

@@ -3,7 +3,8 @@
 The config is JSON: `{"tokens": {"<token>": {"<namespace or *>": "reader|writer|admin"}}}`. Readers may GET,
 writers may also POST (workflow operations, the SDK's command path), admins everything, including registering
 namespaces. Cluster discovery (and shard owners), the OpenAPI document
-and metrics stay open (workers and scrapers need them before they hold a token).
+and metrics stay open (workers and scrapers need them before they hold a token), and so do the web UI's pages
+(`/` and `/ui/...`: layout only, no data; the parts they load under `/ui-parts/` need a token like the API).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from aiohttp import web
 from ostinato.services.frontend.http import error
 
 ROLES = ("reader", "writer", "admin")
-OPEN_PATHS = ("/api/v1/cluster", "/api/v1/cluster/owners", "/api/v1/openapi.json", "/metrics")
+OPEN_PATHS = ("/api/v1/cluster", "/api/v1/cluster/owners", "/api/v1/openapi.json", "/metrics", "/")
+OPEN_PREFIXES = ("/ui/",)  # the web UI's pages and static files: a browser cannot send a bearer token on navigation
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -59,7 +61,7 @@ class Auth:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
             return await handler(request)
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer "):

@@ -1,0 +1,43 @@
+"""The application the web UI's browser tests look at: `ostinato worker tests.browser.ui_app:worker`.
+
+A parcel waits for a `deliver` signal while its `weigh` activity sits scheduled on a queue no worker serves, so a
+run always has a pending activity to show until it is delivered."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from ostinato import activity, workflow
+
+QUEUE = "ui-q"
+NOBODY = "ui-nobody"  # no worker polls this queue: the activity stays pending
+
+
+@activity.defn
+async def weigh(order: dict[str, Any]) -> int:
+    return len(order)
+
+
+@workflow.defn
+class Parcel:
+    def __init__(self) -> None:
+        self.delivered_to = ""
+
+    @workflow.signal
+    def deliver(self, to: str) -> None:
+        self.delivered_to = to
+
+    @workflow.query
+    def where(self) -> str:
+        return self.delivered_to or "in the depot"
+
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        workflow.start_activity(weigh, order, task_queue=NOBODY, start_to_close_timeout=timedelta(hours=1))
+        await workflow.wait_condition(lambda: bool(self.delivered_to))
+        return {"order": order.get("id"), "delivered_to": self.delivered_to}
+
+
+worker = {"task_queue": QUEUE, "workflows": [Parcel], "activities": [weigh]}
+WORKFLOWS = [Parcel]
