@@ -61,9 +61,11 @@ class MappingRunner:
     """One mapping's consume-translate-produce loop, in its own thread."""
 
     def __init__(self, bootstrap: str, settings: ClusterSettings, mapping: IngressMapping, instance: str,
-                 metrics: IngressMetrics, on_failure: Callable[[str, BaseException], None] | None = None) -> None:
+                 metrics: IngressMetrics, on_failure: Callable[[str, BaseException], None] | None = None,
+                 namespace_known: Callable[[str], bool] | None = None) -> None:
         self.bootstrap, self.settings, self.mapping, self.metrics = bootstrap, settings, mapping, metrics
         self.on_failure = on_failure
+        self.namespace_known = namespace_known
         self.group = f"{settings.topic_prefix}-{mapping.group}"
         self.transactional_id = f"{settings.topic_prefix}-ingress-{mapping.name}-{instance}"
         self.commands_topic = topic_name(settings.topic_prefix, Topic.COMMANDS)
@@ -148,6 +150,9 @@ class MappingRunner:
                             tuple(msg.headers() or ()))
             try:
                 command = translate(self.mapping, record, self.settings.shards, now)
+                if self.namespace_known is not None and not self.namespace_known(command.namespace):
+                    raise Unmappable(f"namespace {command.namespace!r} is not registered (`ostinato namespace "
+                                     "register`); the API would not see the run")
             except Exception as exc:  # noqa: BLE001 - whatever a record does to the mapping, it is one dead letter
                 why = str(exc) if isinstance(exc, Unmappable) else f"the mapping failed: {type(exc).__name__}: {exc}"
                 value = record.value
@@ -231,10 +236,12 @@ class Ingress:
 
     def __init__(self, bootstrap: str, settings: ClusterSettings, config: IngressConfig, instance: str,
                  registry: CollectorRegistry, on_failure: Callable[[str, BaseException], None] | None = None,
-                 outcome_source: OutcomeSource | None = None) -> None:
+                 outcome_source: OutcomeSource | None = None,
+                 namespace_known: Callable[[str], bool] | None = None) -> None:
         metrics = IngressMetrics(registry)
         self.runners: list[MappingRunner | OutcomeStream] = [
-            MappingRunner(bootstrap, settings, m, instance, metrics, on_failure) for m in config.mappings]
+            MappingRunner(bootstrap, settings, m, instance, metrics, on_failure, namespace_known)
+            for m in config.mappings]
         if config.outcomes:
             if outcome_source is None:
                 raise ValueError("outcomes streams need a source of outcomes (the cluster's API)")

@@ -114,6 +114,7 @@ class Command:
     partition: int
     value: bytes
     request_id: str
+    namespace: str = "default"
 
 
 @dataclass(frozen=True)
@@ -364,7 +365,7 @@ def translate(mapping: IngressMapping, record: Record, shards: int, now_ms: int)
         raise Unmappable(f"the {body[0]} command would be {len(value):,} bytes, above the "
                          f"{MAX_RECORD_BYTES:,}-byte record limit")
     key = workflow_key(namespace, workflow_id)
-    return Command(key.encode(), partition_for(key, shards), value, rid)
+    return Command(key.encode(), partition_for(key, shards), value, rid, namespace)
 
 
 def dead_letter_headers(mapping: IngressMapping, record: Record, reason: str) -> list[tuple[str, bytes]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,3 +79,13 @@ def definition_of(workflow: type | Callable[..., Any] | str) -> WorkflowDefiniti
     if not isinstance(defn, WorkflowDefinition):
         raise TypeError(f"{workflow!r} is not a @workflow.defn class (or its @workflow.run method)")
     return defn
+
+
+def call_arguments(positional: tuple[Any, ...], args: Sequence[Any] | None) -> tuple[Any, ...]:
+    """The arguments of a workflow or activity call: given positionally (`start_workflow(Wf.run, a, b, ...)`) or,
+    as Temporal's SDK also takes them, as `args=[a, b]`; not both."""
+    if args is None:
+        return positional
+    if positional:
+        raise TypeError("pass the arguments positionally or as args=[...], not both")
+    return tuple(args)

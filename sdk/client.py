@@ -5,7 +5,7 @@ server, or the in-memory engine of `WorkflowEnvironment`, so tests and productio
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
@@ -132,22 +132,25 @@ class Client:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def start_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, id: str, task_queue: str,
+    async def start_workflow(self, workflow: type | Callable[..., Any] | str, *args_: Any, id: str, task_queue: str,
                              execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
                              task_timeout: timedelta | None = None,
                              id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED",
                              id_conflict_policy: WorkflowIDConflictPolicy | str = "UNSPECIFIED",
                              retry_policy: RetryPolicy | None = None,
                              memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
-                             request_id: str | None = None, result_type: Any = None) -> WorkflowHandle:
-        """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies).
+                             request_id: str | None = None, result_type: Any = None,
+                             args: Sequence[Any] | None = None) -> WorkflowHandle:
+        """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies). Arguments
+        go positionally or, as in Temporal's SDK, as `args=[...]`.
 
         `id_reuse_policy` and `id_conflict_policy` take the `ostinato.common` enums (or their names); left
         unspecified, the engine allows reusing a closed run's id and fails a start while a run is open."""
         name, hint = _workflow_name(workflow)
         converter = self.data_converter
+        arguments = defs.call_arguments(args_, args)
         body = {
-            "workflow_type": name, "task_queue": task_queue, "input": converter.encode(args),
+            "workflow_type": name, "task_queue": task_queue, "input": converter.encode(arguments),
             "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
             "task_timeout_ms": to_ms(task_timeout) or 0, "id_reuse_policy": _policy_name(id_reuse_policy),
             "id_conflict_policy": _policy_name(id_conflict_policy),

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar, overload
@@ -419,15 +419,16 @@ def _activity_name(activity: Callable[..., Any] | str) -> tuple[str, Any]:
     return definition.name, hints.get("return")
 
 
-def start_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args: Any,
+def start_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args_: Any,
                    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
                    schedule_to_start_timeout: timedelta | None = None,
                    start_to_close_timeout: timedelta | None = None, heartbeat_timeout: timedelta | None = None,
                    retry_policy: RetryPolicy | None = None, activity_id: str | None = None,
                    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
-                   result_type: Any = None) -> asyncio.Task[T]:
+                   result_type: Any = None, args: Sequence[Any] | None = None) -> asyncio.Task[T]:
     """Schedule an activity; the returned task resolves to its result, raises `ActivityError` when it fails for
-    good, and cancelling it asks the activity to stop (see `cancellation_type`)."""
+    good, and cancelling it asks the activity to stop (see `cancellation_type`). Arguments go positionally or, as
+    in Temporal's SDK, as `args=[...]`."""
     if schedule_to_close_timeout is None and start_to_close_timeout is None:
         raise ValueError("an activity needs start_to_close_timeout or schedule_to_close_timeout")
     instance = runtime.current()
@@ -435,7 +436,7 @@ def start_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | st
     seq = instance.next_seq("activity")
     body = {
         "activity_id": activity_id or str(seq), "activity_type": name, "task_queue": task_queue or "",
-        "input": instance.converter.encode(args), "header": {},
+        "input": instance.converter.encode(defs.call_arguments(args_, args)), "header": {},
         "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
         "schedule_to_start_timeout_ms": to_ms(schedule_to_start_timeout),
         "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
@@ -563,14 +564,14 @@ class ChildWorkflowHandle:
         await get_external_workflow_handle(self.id, self.run_id).signal(signal_name, *args)
 
 
-async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args: Any, id: str | None = None,
+async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_: Any, id: str | None = None,
                                task_queue: str | None = None, execution_timeout: timedelta | None = None,
                                run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
                                parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
                                retry_policy: RetryPolicy | None = None, memo: dict[str, Any] | None = None,
-                               result_type: Any = None) -> ChildWorkflowHandle:
+                               result_type: Any = None, args: Sequence[Any] | None = None) -> ChildWorkflowHandle:
     """Start a child workflow and return once it has started (raises WorkflowAlreadyStartedError if its id is
-    taken)."""
+    taken). Arguments go positionally or, as in Temporal's SDK, as `args=[...]`."""
     instance = runtime.current()
     assert instance.info is not None
     if isinstance(workflow, str):
@@ -582,7 +583,8 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args:
     converter = instance.converter
     body = {
         "namespace": instance.namespace, "workflow_id": id or f"{instance.workflow_id}/child-{seq}",
-        "workflow_type": name, "task_queue": task_queue or instance.info.task_queue, "input": converter.encode(args),
+        "workflow_type": name, "task_queue": task_queue or instance.info.task_queue,
+        "input": converter.encode(defs.call_arguments(args_, args)),
         "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
         "task_timeout_ms": to_ms(task_timeout), "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
         "id_reuse_policy": "UNSPECIFIED", "retry_policy": None if retry_policy is None else retry_policy.to_record(),

@@ -22,7 +22,7 @@ from ostinato.kafka.clients import describe_security, public_security, security_
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.admin.archival import add_routes as add_archive_routes
 from ostinato.services.admin.cluster import ClusterError, read_settings
-from ostinato.services.admin.ownership import OwnershipTable
+from ostinato.services.admin.ownership import DEFAULT_NAMESPACE, OwnershipTable
 from ostinato.services.frontend.auth import Auth
 from ostinato.services.frontend.http import MAX_BODY_BYTES, size_refusals
 from ostinato.services.frontend.openapi import install as install_openapi
@@ -243,7 +243,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             running_ingress = Ingress(
                 ctx.bootstrap, ctx.settings, mappings, instance, REGISTRY,
                 on_failure=lambda name, exc: part_failed(f"ingress {name}", "stopped with an error", exc),
-                outcome_source=OutcomeOverApi(endpoint, token))
+                outcome_source=OutcomeOverApi(endpoint, token),
+                namespace_known=lambda ns: ns == DEFAULT_NAMESPACE or ownership.namespace(ns) is not None)
             running_ingress.start()
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,

@@ -162,14 +162,17 @@ def _egress(patterns: Sequence[str]) -> list[Grant]:
 
 
 def _ingress(prefix: str, mappings: Sequence[IngressTopics]) -> list[Grant]:
-    grants = [
-        Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.COMMANDS), ("WRITE",),
-              "the commands each record becomes"),
+    grants: list[Grant] = [
         Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.CLUSTER), ("READ",),
               "the cluster's settings (shard count), read at start"),
         Grant(Resource.GROUP, Pattern.LITERAL, reader_group(f"{prefix}-cluster-reader"), ("DESCRIBE",),
               "the settings reader (assigned by hand, never joins the group)"),
+        Grant(Resource.GROUP, Pattern.LITERAL, reader_group(f"{prefix}-ownership"), ("DESCRIBE",),
+              "the reader of registered namespaces (assigned by hand, never joins the group)"),
     ]
+    if not all(m.outcomes for m in mappings):  # outcomes streams alone write no command
+        grants.insert(0, Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.COMMANDS), ("WRITE",),
+                               "the commands each record becomes"))
     for m in mappings:
         if m.outcomes:
             grants += [

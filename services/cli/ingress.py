@@ -62,6 +62,7 @@ def run(
 
     from ostinato.connectors.ingress import Ingress
     from ostinato.services.admin.cluster import read_settings
+    from ostinato.services.admin.ownership import DEFAULT_NAMESPACE, OwnershipTable
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     instance = instance or socket.gethostname()
@@ -78,14 +79,18 @@ def run(
     done = threading.Event()
     from ostinato.services.admin.archival import OutcomeOverApi
 
+    ownership = OwnershipTable(kafka, prefix).start()  # which namespaces are registered
+    ownership.caught_up.wait(30)
     ingress = Ingress(kafka, settings, mappings, instance, REGISTRY,
                       on_failure=lambda name, exc: (failed.set(), done.set()),
-                      outcome_source=OutcomeOverApi(server, token))
+                      outcome_source=OutcomeOverApi(server, token),
+                      namespace_known=lambda ns: ns == DEFAULT_NAMESPACE or ownership.namespace(ns) is not None)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     ingress.start()
     done.wait()
     ingress.stop()
+    ownership.stop()
     raise typer.Exit(1 if failed.is_set() else 0)
 
 

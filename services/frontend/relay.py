@@ -34,6 +34,7 @@ class ProcessRelay:
     def __init__(self, sockets: Mapping[str, str]) -> None:
         self.sockets = dict(sockets)
         self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._last_metrics: dict[str, str] = {}
 
     def __contains__(self, owner_id: object) -> bool:
         return owner_id in self.sockets
@@ -61,15 +62,21 @@ class ProcessRelay:
                          f"({type(exc).__name__}); it may be restarting, retry in {RETRY_AFTER_S}s")
 
     async def metrics(self) -> list[str]:
-        """Every process's `/metrics` text (a process that does not answer in time is left out)."""
+        """Every process's `/metrics` text (the last one it gave, when it does not answer in time)."""
         async def one(owner_id: str) -> str:
             url = URL("http://processor/metrics")
             async with self._session(owner_id).get(url, timeout=aiohttp.ClientTimeout(total=_METRICS_TIMEOUT_S)) \
                     as answer:
                 return await answer.text()
 
-        texts = await asyncio.gather(*(one(o) for o in self.sockets), return_exceptions=True)
-        return [t for t in texts if isinstance(t, str)]
+        owners = list(self.sockets)
+        texts = await asyncio.gather(*(one(o) for o in owners), return_exceptions=True)
+        for owner, text in zip(owners, texts, strict=True):
+            if isinstance(text, str):
+                self._last_metrics[owner] = text
+        # A process that does not answer in time counts with its last figures: dropping it from the sum would
+        # make every counter fall, which Prometheus reads as a reset.
+        return [self._last_metrics[o] for o in owners if o in self._last_metrics]
 
     async def close(self) -> None:
         for session in self._sessions.values():

@@ -280,6 +280,7 @@ mappings:
     workflow_id: "order-{{value.n}}"
     workflow_type: Pack
     task_queue: {QUEUE}
+    namespace: "{{headers.ns}}"
 """)
     granted = run_cli("acl", "grant", "--role", "ingress", "--ingress", str(config), "--principal", ingress_user,
                       "--prefix", topic_prefix, "--kafka", kafka.bootstrap, "--kafka-config",
@@ -294,8 +295,9 @@ mappings:
         future.result(30)
     producer = Producer(base_config(kafka.bootstrap, "test-shop", kafka.admin_security()))
     for n in range(5):
-        producer.produce(source, json.dumps({"n": n}).encode(), str(n).encode())
-    producer.produce(source, b"{oops", b"bad")
+        producer.produce(source, json.dumps({"n": n}).encode(), str(n).encode(), headers=[("ns", b"default")])
+    producer.produce(source, b"{oops", b"bad", headers=[("ns", b"default")])
+    producer.produce(source, b'{"n": 9}', b"ghost", headers=[("ns", b"ghost")])  # a namespace nobody registered
     assert producer.flush(30) == 0
 
     srv = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
@@ -323,12 +325,14 @@ mappings:
     try:
         reader_.subscribe([f"{source}.dlq"])
         deadline = time.monotonic() + 30
-        letter = None
-        while letter is None and time.monotonic() < deadline:
+        letters: dict[bytes, bytes] = {}
+        while len(letters) < 2 and time.monotonic() < deadline:
             msg = reader_.poll(0.5)
-            letter = msg if msg is not None and msg.error() is None else None
+            if msg is not None and msg.error() is None:
+                letters[msg.key()] = dict(msg.headers())["ostinato.error"]
     finally:
         reader_.close()
-    assert letter is not None and letter.key() == b"bad"
-    assert dict(letter.headers())["ostinato.error"].startswith(b"the value is not JSON")
+    assert sorted(letters) == [b"bad", b"ghost"], letters
+    assert letters[b"bad"].startswith(b"the value is not JSON")
+    assert letters[b"ghost"].startswith(b"namespace 'ghost' is not registered")
     assert ingress["sasl.password"] not in output

@@ -255,3 +255,35 @@ def test_each_failure_series_is_logged_once(caplog: pytest.LogCaptureFixture) ->
         ("ERROR", "Failed activation on workflow T with ID w and run ID r (task attempt 1, NONDETERMINISM)"),
         ("WARNING", "Failed activation on workflow T with ID w and run ID r2 (task attempt 3, "
                     "WORKFLOW_WORKER_UNHANDLED_FAILURE)")]
+
+
+# -- args=[...] as Temporal's SDK takes them ------------------------------------------------------------------------
+
+@activity.defn
+async def add(a: int, b: int) -> int:
+    return a + b
+
+
+@workflow.defn
+class Summer:
+    @workflow.run
+    async def run(self, a: int, b: int) -> list[int]:
+        positional = await workflow.execute_activity(add, a, b, start_to_close_timeout=timedelta(seconds=5))
+        keyword = await workflow.execute_activity(add, args=[a, 10], start_to_close_timeout=timedelta(seconds=5))
+        try:
+            workflow.start_activity(add, 1, args=[2], start_to_close_timeout=timedelta(seconds=5))
+        except TypeError as exc:
+            assert "not both" in str(exc)
+        else:
+            raise AssertionError("positional and args= together must be refused")
+        return [positional, keyword]
+
+
+@run_async
+async def test_arguments_go_positionally_or_as_args() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Summer], activities=[add]):
+        assert await env.client.execute_workflow(Summer.run, args=[1, 2], id="sum-1", task_queue=Q) == [3, 11]
+        assert await env.client.execute_workflow(Summer.run, 5, 6, id="sum-2", task_queue=Q) == [11, 15]
+        with pytest.raises(TypeError, match="not both"):
+            await env.client.start_workflow(Summer.run, 1, args=[2], id="sum-3", task_queue=Q)
