@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ostinato.connectors.ingress_mapping import (
@@ -35,13 +34,13 @@ from ostinato.connectors.ingress_mapping import (
     translate,
 )
 from ostinato.connectors.outcomes import OutcomeSource, OutcomeStream, ensure_topic, outcome_counter
-from ostinato.kafka.clients import admin_client, base_config
+from ostinato.connectors.transactional import OPERATION_TIMEOUT_S, TransactionalLoop
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
 
 log = logging.getLogger("ostinato.ingress")
 TXN_TIMEOUT_MS = int(os.environ.get("OSTINATO_TXN_TIMEOUT_MS", "2000"))
-OPERATION_TIMEOUT_S = 30.0
 BATCH = 500
 POLL_S = 0.1
 LAG_EVERY_S = 1.0
@@ -57,67 +56,26 @@ class IngressMetrics:
                               registry=registry)
 
 
-class MappingRunner:
+class MappingRunner(TransactionalLoop):
     """One mapping's consume-translate-produce loop, in its own thread."""
+
+    kind = "ingress"
 
     def __init__(self, bootstrap: str, settings: ClusterSettings, mapping: IngressMapping, instance: str,
                  metrics: IngressMetrics, on_failure: Callable[[str, BaseException], None] | None = None,
                  namespace_known: Callable[[str], bool] | None = None) -> None:
-        self.bootstrap, self.settings, self.mapping, self.metrics = bootstrap, settings, mapping, metrics
-        self.on_failure = on_failure
+        prefix = settings.topic_prefix
+        super().__init__(bootstrap, mapping.name, f"{prefix}-{mapping.group}", f"{prefix}-ingress-{mapping.name}-"
+                         f"{instance}", on_failure, transaction_timeout_ms=TXN_TIMEOUT_MS)
+        self.settings, self.mapping, self.metrics = settings, mapping, metrics
         self.namespace_known = namespace_known
-        self.group = f"{settings.topic_prefix}-{mapping.group}"
-        self.transactional_id = f"{settings.topic_prefix}-ingress-{mapping.name}-{instance}"
-        self.commands_topic = topic_name(settings.topic_prefix, Topic.COMMANDS)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run_guarded, name=f"ostinato-ingress-{mapping.name}",
-                                        daemon=True)
-        self.failure: BaseException | None = None
-        self.ready = threading.Event()
-
-    def start(self) -> MappingRunner:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
-
-    def _run_guarded(self) -> None:
-        try:
-            self.run()
-        except BaseException as exc:
-            log.exception("ingress mapping %s stopped with an error", self.mapping.name)
-            self.failure = exc
-            if self.on_failure is not None:
-                self.on_failure(self.mapping.name, exc)
-
-    def _producer(self) -> Producer:
-        producer = Producer({
-            **base_config(self.bootstrap, self.transactional_id),
-            "transactional.id": self.transactional_id,
-            "transaction.timeout.ms": TXN_TIMEOUT_MS,
-            "enable.idempotence": True, "acks": "all", "linger.ms": 1,
-            "message.max.bytes": MAX_RECORD_BYTES + 64 * 1024,
-        })
-        producer.init_transactions(OPERATION_TIMEOUT_S)  # fences this instance's crashed incarnation
-        return producer
+        self.commands_topic = topic_name(prefix, Topic.COMMANDS)
 
     def run(self) -> None:
         ensure_dead_letter_topic(self.bootstrap, self.mapping, self.settings.replication_factor)
-        consumer = KafkaConsumer({
-            **base_config(self.bootstrap, f"{self.transactional_id}-consumer"),
-            "group.id": self.group,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky",
-            "fetch.max.bytes": MAX_RECORD_BYTES * 4,
-        })
-        producer = self._producer()
+        consumer = self.consumer(**{"enable.auto.offset.store": False, "fetch.max.bytes": MAX_RECORD_BYTES * 4})
+        producer = self.producer()
         consumer.subscribe([self.mapping.topic])
-        self.ready.set()
         log.info("ingress %s: %s -> %s (%s), group %s", self.mapping.name, self.mapping.topic, self.mapping.action,
                  self.commands_topic, self.group)
         lag_at = 0.0
@@ -133,7 +91,8 @@ class MappingRunner:
                     try:
                         self._transaction(producer, consumer, records)
                     except KafkaException as exc:
-                        producer = self._recover(producer, consumer, exc)
+                        self.metrics.aborts.labels(self.mapping.name).inc()
+                        producer = self.recover(producer, consumer, exc)
                 if time.monotonic() - lag_at >= LAG_EVERY_S:
                     lag_at = time.monotonic()
                     self.metrics.lag.labels(self.mapping.name).set(lag_of(consumer))
@@ -165,43 +124,10 @@ class MappingRunner:
                 producer.produce(self.commands_topic, command.value, command.key, partition=command.partition)
                 commands += 1
             producer.poll(0)
-        positions = {}
-        for msg in records:
-            positions[(msg.topic(), msg.partition())] = msg.offset() + 1
-        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())]
-        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), OPERATION_TIMEOUT_S)
-        producer.commit_transaction(OPERATION_TIMEOUT_S)
+        self.commit(producer, consumer, records)
         self.metrics.records.labels(self.mapping.name, "command").inc(commands)
         if dead:
             self.metrics.records.labels(self.mapping.name, "dead_letter").inc(dead)
-
-    def _recover(self, producer: Producer, consumer: KafkaConsumer, exc: KafkaException) -> Producer:
-        """Abort, and take the batch again from the committed offsets (a new producer if this one is fenced or
-        failed). Kafka being briefly away (a broker restarting) is waited out with backoff, never fatal."""
-        err = exc.args[0]
-        log.warning("ingress %s: transaction failed (%s); aborting and resuming from the committed offsets",
-                    self.mapping.name, err.str())
-        self.metrics.aborts.labels(self.mapping.name).inc()
-        delay = 0.1
-        while not self._stop.is_set():
-            try:
-                if err.txn_requires_abort():
-                    producer.abort_transaction(OPERATION_TIMEOUT_S)
-                else:  # fenced (a newer incarnation or a twin with our --instance) or fatal: start afresh
-                    producer.flush(1)
-                    producer = self._producer()
-                assignment = consumer.assignment()
-                if assignment:
-                    for tp in consumer.committed(assignment, timeout=OPERATION_TIMEOUT_S):
-                        # never committed: from the start, as auto.offset.reset says
-                        consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, -2))
-                return producer
-            except KafkaException as again:
-                err = again.args[0]
-                log.warning("ingress %s: recovering: %s; retrying in %.1fs", self.mapping.name, err.str(), delay)
-                self._stop.wait(delay)
-                delay = min(5.0, delay * 2)
-        return producer
 
 
 def lag_of(consumer: KafkaConsumer) -> int:
@@ -255,11 +181,8 @@ class Ingress:
             runner.start()
         return self
 
-    def failed(self) -> BaseException | None:
-        return next((r.failure for r in self.runners if r.failure is not None), None)
-
     def stop(self, timeout_s: float = 30.0) -> None:
         for runner in self.runners:
-            runner._stop.set()
+            runner._stop.set()  # all at once, then each joined
         for runner in self.runners:
             runner.stop(timeout_s)

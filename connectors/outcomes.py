@@ -19,22 +19,20 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry, Counter
 
-from ostinato.kafka.clients import admin_client, base_config
+from ostinato.connectors.transactional import OPERATION_TIMEOUT_S, TransactionalLoop
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas import codec
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
 
 log = logging.getLogger("ostinato.outcomes")
-OPERATION_TIMEOUT_S = 30.0
 BATCH = 200
 MAX_BACKOFF_S = 10.0
 
@@ -110,53 +108,25 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int) 
                 raise
 
 
-class OutcomeStream:
+class OutcomeStream(TransactionalLoop):
     """One `outcomes:` entry, in its own thread."""
+
+    kind = "outcomes"
 
     def __init__(self, bootstrap: str, prefix: str, spec: OutcomeSpec, instance: str, source: OutcomeSource,
                  records: Counter | None = None, partitions: int = 1, replication: int = 1,
                  on_failure: Callable[[str, BaseException], None] | None = None) -> None:
-        self.bootstrap, self.spec, self.source, self.on_failure = bootstrap, spec, source, on_failure
+        super().__init__(bootstrap, spec.name, f"{prefix}-outcomes-{spec.name}",
+                         f"{prefix}-outcomes-{spec.name}-{instance}", on_failure)
+        self.spec, self.source = spec, source
         self.partitions, self.replication = partitions, replication
         self.visibility_topic = topic_name(prefix, Topic.VISIBILITY)
-        self.group = f"{prefix}-outcomes-{spec.name}"
-        self.transactional_id = f"{prefix}-outcomes-{spec.name}-{instance}"
         self.records = records if records is not None else outcome_counter(CollectorRegistry())
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._guarded, name=f"ostinato-outcomes-{spec.name}", daemon=True)
-
-    def start(self) -> OutcomeStream:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
-
-    def _guarded(self) -> None:
-        try:
-            self.run()
-        except BaseException as exc:
-            log.exception("outcomes stream %s stopped with an error", self.spec.name)
-            self.failure = exc
-            if self.on_failure is not None:
-                self.on_failure(self.spec.name, exc)
-
-    def _producer(self) -> Producer:
-        producer = Producer({**base_config(self.bootstrap, self.transactional_id),
-                             "transactional.id": self.transactional_id, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 1, "message.max.bytes": MAX_RECORD_BYTES + 64 * 1024})
-        producer.init_transactions(OPERATION_TIMEOUT_S)
-        return producer
 
     def run(self) -> None:
         ensure_topic(self.bootstrap, self.spec.topic, self.partitions, self.replication)
-        consumer = KafkaConsumer({
-            **base_config(self.bootstrap, f"{self.transactional_id}-consumer"), "group.id": self.group,
-            "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky"})
-        producer = self._producer()
+        consumer = self.consumer()
+        producer = self.producer()
         consumer.subscribe([self.visibility_topic])
         log.info("outcomes %s: closed runs of namespace %s -> %s", self.spec.name, self.spec.namespace,
                  self.spec.topic)
@@ -171,7 +141,7 @@ class OutcomeStream:
                 try:
                     self._transaction(producer, consumer, messages, outcomes)
                 except KafkaException as exc:
-                    producer = self._recover(producer, consumer, exc)
+                    producer = self.recover(producer, consumer, exc)
         finally:
             consumer.close()
             producer.flush(5)
@@ -200,40 +170,10 @@ class OutcomeStream:
                 out.append(outcome_record(record, outcome))
         return out
 
-    def _transaction(self, producer: Producer, consumer: KafkaConsumer, messages: list[Message],
+    def _transaction(self, producer: Producer, consumer: Consumer, messages: list[Message],
                      outcomes: list[tuple[bytes, bytes, str]]) -> None:
         producer.begin_transaction()
         for key, value, status in outcomes:
             producer.produce(self.spec.topic, value, key, headers=[("ostinato.status", status.encode())])
-        positions: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            positions[(msg.topic(), msg.partition())] = msg.offset() + 1
-        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())]
-        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), OPERATION_TIMEOUT_S)
-        producer.commit_transaction(OPERATION_TIMEOUT_S)
+        self.commit(producer, consumer, messages)
         self.records.labels(self.spec.name).inc(len(outcomes))
-
-    def _recover(self, producer: Producer, consumer: KafkaConsumer, exc: KafkaException) -> Producer:
-        """Abort and take the batch again from the committed offsets; Kafka briefly away is waited out."""
-        err: KafkaError = exc.args[0]
-        log.warning("outcomes %s: transaction failed (%s); resuming from the committed offsets", self.spec.name,
-                    err.str())
-        delay = 0.2
-        while not self._stop.is_set():
-            try:
-                if err.txn_requires_abort():
-                    producer.abort_transaction(OPERATION_TIMEOUT_S)
-                else:
-                    producer.flush(1)
-                    producer = self._producer()
-                assignment = consumer.assignment()
-                if assignment:
-                    for tp in consumer.committed(assignment, timeout=OPERATION_TIMEOUT_S):
-                        consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, -2))
-                return producer
-            except KafkaException as again:
-                err = again.args[0]
-                log.warning("outcomes %s: recovering: %s; retrying in %.1fs", self.spec.name, err.str(), delay)
-                self._stop.wait(delay)
-                delay = min(5.0, delay * 2)
-        return producer

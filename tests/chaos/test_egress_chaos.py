@@ -12,17 +12,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from ostinato import activity, workflow
 from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.kafka.clients import admin_client, reader
+from ostinato.kafka.clients import admin_client
 from ostinato.services.admin.checker import check_history
 from ostinato.services.admin.cluster import init_cluster
 from ostinato.worker import Worker
 from tests.tools.servers import ServerProcess
+from tests.tools.topics import read_committed
 
 SHARDS = 2
 QUEUE = "egress"
@@ -54,25 +54,9 @@ class Forbidden:
 
 
 def _read(kafka: KafkaCluster, topic: str) -> list[tuple[int, dict, dict]]:
-    """(partition, value, headers) of every committed record, up to the ends as they are now."""
-    consumer = reader(kafka.bootstrap, f"egress-test-{uuid.uuid4().hex[:6]}")
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        out: list[tuple[int, dict, dict]] = []
-        done = {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + 60
-        while len(done) < PARTITIONS and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=0.5):
-                if msg.error() is None:
-                    out.append((msg.partition(), json.loads(msg.value()), dict(msg.headers() or [])))
-                    if msg.offset() + 1 >= ends[msg.partition()]:
-                        done.add(msg.partition())
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    done.add(msg.partition())
-        return out
-    finally:
-        consumer.close()
+    """(partition, value, headers) of every committed record."""
+    return [(m.partition(), json.loads(m.value()), dict(m.headers() or []))
+            for m in read_committed(kafka.bootstrap, topic)]
 
 
 def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:

@@ -15,20 +15,20 @@ import time
 import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from ostinato.infra.kafka import KafkaCluster
-from ostinato.kafka.clients import admin_client, reader
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas import codec
 from ostinato.schemas.keys import split_key
 from ostinato.schemas.topics import Topic, topic_name
 from ostinato.services.admin.checker import check_history, read_history
 from ostinato.services.admin.cluster import init_cluster
 from tests.tools.servers import ServerProcess
+from tests.tools.topics import read_committed
 from tests.tools.worker import TestWorker
 from tests.tools.workload import wait_closed
 
@@ -83,29 +83,6 @@ def _produce(kafka: KafkaCluster, orders: str, events: str, count: int) -> tuple
             producer.poll(0)
     assert producer.flush(60) == 0
     return count - bad, bad
-
-
-def _read_all(kafka: KafkaCluster, topic: str) -> list[Any]:
-    """Every committed record of `topic`, up to the ends as they are now."""
-    consumer = reader(kafka.bootstrap, f"ingress-test-{topic}")
-    try:
-        meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-        out: list[Any] = []
-        done = {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + 60
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is None:
-                    out.append(msg)
-                    if msg.offset() + 1 >= ends[msg.partition()]:
-                        done.add(msg.partition())
-                elif msg.error().code() == KafkaError._PARTITION_EOF:
-                    done.add(msg.partition())
-        return out
-    finally:
-        consumer.close()
 
 
 def _taken(kafka: KafkaCluster, group: str, topic: str) -> tuple[int, int]:
@@ -163,7 +140,7 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
     assert kills == 3
 
     # The commands topic: each source record made exactly one command.
-    commands = [codec.decode(m.value())[1] for m in _read_all(kafka, topic_name(prefix, Topic.COMMANDS))]
+    commands = [codec.decode(m.value())[1] for m in read_committed(kafka.bootstrap, topic_name(prefix, Topic.COMMANDS))]
     by_mapping = defaultdict(Counter)
     for command in commands:
         if command["identity"].startswith("ingress/"):
@@ -177,14 +154,14 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
     assert report.runs == good + ACCOUNTS
 
     # The outcomes stream: each completed order once, with its result.
-    outcomes = [json.loads(m.value()) for m in _read_all(kafka, completed)]
+    outcomes = [json.loads(m.value()) for m in read_committed(kafka.bootstrap, completed)]
     assert Counter(o["workflow_id"] for o in outcomes) == Counter(order_ids)
     for outcome in outcomes:
         assert outcome["status"] == "COMPLETED" and outcome["workflow_type"] == "done", outcome
         assert outcome["result"] == {"n": int(outcome["workflow_id"].removeprefix("order-"))}, outcome
 
     # Dead letters: each bad record once, with the reason.
-    letters = _read_all(kafka, f"{orders}.dlq")
+    letters = read_committed(kafka.bootstrap, f"{orders}.dlq")
     assert sorted(int(m.key()) for m in letters) == [n for n in range(count) if n % BAD_EVERY == BAD_EVERY - 1]
     assert len(letters) == bad
     for letter in letters:
@@ -195,7 +172,7 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
 
 def _wait_outcomes(kafka: KafkaCluster, topic: str, count: int) -> None:
     deadline = time.monotonic() + 300
-    while (seen := len(_read_all(kafka, topic))) < count:
+    while (seen := len(read_committed(kafka.bootstrap, topic))) < count:
         assert time.monotonic() < deadline, f"{seen} of {count} outcomes on {topic}"
         time.sleep(1)
 
