@@ -428,7 +428,8 @@ class Processor:
             while True:
                 try:
                     self.producer.produce(out.topic, out.value, out.key, partition=out.partition,
-                                          on_delivery=delivered, headers=list(out.headers) or None)
+                                          on_delivery=delivered,
+                                          headers=list(out.headers) if out.headers else None)
                     break
                 except BufferError:
                     self.producer.poll(0.05)  # the local queue is full: let deliveries drain it
