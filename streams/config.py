@@ -15,6 +15,8 @@ class Limits:
     max_pending_children: int = 2_000
     max_pending_external_requests: int = 2_000
     max_signals: int = 2_000  # per run; continue-as-new starts a fresh count
+    max_updates_in_flight: int = 10  # admitted or accepted and not completed, per run (Temporal's default)
+    max_updates: int = 2_000  # accepted per run; continue-as-new starts a fresh count
 
 
 @dataclass(frozen=True, slots=True)

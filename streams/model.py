@@ -36,6 +36,7 @@ class WorkflowTaskState:
     new_events_while_started: bool = False  # a signal or result arrived: another task must follow this one
     transient: bool = field(default=False, metadata=EPHEMERAL)
     retry_at_ms: int | None = field(default=None, metadata=EPHEMERAL)  # a transient attempt waiting for backoff
+    speculative: bool = field(default=False, metadata=EPHEMERAL)  # carries updates only: may leave no trace
 
 
 @dataclass(slots=True)
@@ -93,6 +94,15 @@ class ExternalRequestState:
 
 
 @dataclass(slots=True)
+class UpdateState:
+    """An update the workflow accepted: in progress until its outcome is written (`completed_event_id`)."""
+
+    update_id: str
+    accepted_event_id: int
+    completed_event_id: int = 0
+
+
+@dataclass(slots=True)
 class RunState:
     """Everything needed to decide the next command for one run, without reading its history."""
 
@@ -132,6 +142,11 @@ class RunState:
     archive_uri: str = field(default="", metadata=EPHEMERAL)  # learned after the close event, never in history
     # Commands whose processing failed, each an `ostinato.state.QuarantinedCommand` record (streams/quarantine.py).
     quarantine: list[Record] = field(default_factory=list, metadata=EPHEMERAL)
+    updates: dict[str, UpdateState] = field(default_factory=dict)  # accepted, by update id
+    # Updates received and not yet accepted or rejected (`ostinato.state.AdmittedUpdate` records, in arrival order):
+    # out of history, since a rejected update must leave no event there.
+    admitted_updates: list[Record] = field(default_factory=list, metadata=EPHEMERAL)
+    rejected_updates: list[Record] = field(default_factory=list, metadata=EPHEMERAL)  # the newest, for their callers
 
     @property
     def open(self) -> bool:
@@ -175,9 +190,10 @@ _NESTED = {
     "timers": TimerState,
     "children": ChildState,
     "external_requests": ExternalRequestState,
+    "updates": UpdateState,
 }
 _KEYS = {"activities": "scheduled_event_id", "timers": "timer_id", "children": "initiated_event_id",
-         "external_requests": "initiated_event_id"}
+         "external_requests": "initiated_event_id", "updates": "update_id"}
 
 
 _FieldPlan = tuple[tuple[str, bool, Any], ...]  # (name, ephemeral, default factory) per field

@@ -82,6 +82,8 @@ def workflow_task(run: RunState, action: DispatchWorkflowTask, history: Sequence
         "suggest_continue_as_new": started_attrs["suggest_continue_as_new"],
         "scheduled_time_ms": task.scheduled_time_ms, "deadline_ms": started["event_time_ms"] + task.timeout_ms,
         "events_omitted": False,
+        "updates": [{"update_id": u["update_id"], "name": u["name"], "input": u["input"], "header": u["header"]}
+                    for u in run.admitted_updates if u["delivered_task"] == task.scheduled_event_id],
     }
 
 

@@ -70,8 +70,9 @@ from ostinato.streams.appliers import (  # noqa: E402
     external,
     properties,
     timers,
+    updates,
     workflow_task,
 )
 
 __all__ = ["APPLIERS", "CURRENT_VERSION", "ReplayError", "applier", "apply", "replay"]
-_MODULES = (activities, children, execution, external, properties, timers, workflow_task)
+_MODULES = (activities, children, execution, external, properties, timers, updates, workflow_task)

@@ -19,7 +19,15 @@ Decider = Callable[[Writer, Record], Step]
 
 def _deciders() -> dict[str, Decider]:
     from ostinato.streams import quarantine
-    from ostinato.streams.deciders import activities, notifications, signals, start, timers, workflow_task
+    from ostinato.streams.deciders import (
+        activities,
+        notifications,
+        signals,
+        start,
+        timers,
+        updates,
+        workflow_task,
+    )
 
     c = wire.COMMAND_PREFIX
     return {
@@ -44,6 +52,8 @@ def _deciders() -> dict[str, Decider]:
         c + "ArchivalCompleted": notifications.archival_completed,
         c + "DeleteWorkflowExecution": notifications.delete,
         c + "RedriveWorkflowExecution": quarantine.redrive,
+        c + "UpdateWorkflowExecution": updates.update,
+        c + "UpdateWithStartWorkflowExecution": start.update_with_start,
     }
 
 

@@ -16,6 +16,7 @@ from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchActivityTask, EagerActivity, Publish, UpsertVisibility
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fitting
+from ostinato.streams.deciders import updates
 from ostinato.streams.deciders.common import close_run, new_run_id, send
 from ostinato.streams.model import RunState
 from ostinato.streams.retry import with_defaults
@@ -30,14 +31,22 @@ CANCEL = wire.command_type("CancelWorkflowExecutionCommand")
 CONTINUE = wire.command_type("ContinueAsNewWorkflowExecutionCommand")
 CLOSING = frozenset({COMPLETE, FAIL, CANCEL, CONTINUE})
 PUBLISH = wire.command_type("PublishRecordCommand")
+ACCEPT_UPDATE = wire.command_type("AcceptUpdateCommand")
+COMPLETE_UPDATE = wire.command_type("CompleteUpdateCommand")
 # Kafka's internal topics. The cluster's own (`<prefix>.commands`...) depend on a prefix the core does not know: the
 # server refuses `--egress-topics` patterns that match one, and the shell refuses to produce there.
 ENGINE_TOPIC_PREFIXES = ("__",)
 
 
-def validate_commands(run: RunState, commands: list[tuple[str, Record]], config: Config) -> str | None:
-    """Why this batch cannot be applied to `run`, or None."""
+def validate_commands(run: RunState, commands: list[tuple[str, Record]], config: Config,
+                      rejected_updates: list[Record] | tuple[Record, ...] = ()) -> str | None:
+    """Why this batch (and the updates the answer rejects) cannot be applied to `run`, or None."""
     limits = config.limits
+    task = run.workflow_task
+    carried = {u["update_id"] for u in run.admitted_updates
+               if task is not None and u["delivered_task"] == task.scheduled_event_id}
+    answered: set[str] = set()
+    in_progress = {u.update_id for u in run.updates.values() if not u.completed_event_id}
     activity_ids = {a.activity_id for a in run.activities.values()}
     timers = set(run.timers)
     cancel_requested = {a.scheduled_event_id for a in run.activities.values() if a.cancel_requested}
@@ -100,8 +109,21 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
             return f"command {i}: marker_name is required"
         elif name == PUBLISH and (problem := egress_problem(c["topic"], config)) is not None:
             return f"command {i}: {problem}"
+        elif name == ACCEPT_UPDATE:
+            if c["update_id"] not in carried or c["update_id"] in answered:
+                return f"command {i}: update {c['update_id']!r} was not carried by this task, or is answered twice"
+            answered.add(c["update_id"])
+            in_progress.add(c["update_id"])
+        elif name == COMPLETE_UPDATE:
+            if c["update_id"] not in in_progress:
+                return f"command {i}: update {c['update_id']!r} is not accepted and in progress"
+            in_progress.discard(c["update_id"])
         elif name not in HANDLERS:
             return f"command {i}: unknown command {name}"
+    for rejection in rejected_updates:
+        if rejection["update_id"] not in carried or rejection["update_id"] in answered:
+            return f"rejected update {rejection['update_id']!r} was not carried by this task, or is answered twice"
+        answered.add(rejection["update_id"])
     return None
 
 
@@ -310,4 +332,6 @@ HANDLERS: dict[str, Handler] = {
     wire.command_type("UpsertWorkflowSearchAttributesCommand"): upsert_search_attributes,
     wire.command_type("ModifyWorkflowPropertiesCommand"): modify_properties,
     PUBLISH: publish_record,
+    ACCEPT_UPDATE: updates.accept,
+    COMPLETE_UPDATE: updates.complete,
 }

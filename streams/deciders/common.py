@@ -11,6 +11,7 @@ from ostinato.streams.actions import Archive, DispatchWorkflowTask, SendCommand,
 from ostinato.streams.appliers import CURRENT_VERSION
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import in_first_task_backoff
+from ostinato.streams.failures import failure as make_failure
 from ostinato.streams.model import RunState, WorkflowTaskState
 from ostinato.streams.retry import exponential_backoff_ms
 from ostinato.streams.writer import Writer
@@ -51,15 +52,18 @@ def schedule_workflow_task(w: Writer, run_id: str, attempt: int | None = None) -
     attempt = attempt or w.lost_transient_attempt(run_id)
     scheduled = w.append(run_id, ev.WORKFLOW_TASK_SCHEDULED, {
         "task_queue": run.task_queue, "start_to_close_timeout_ms": run.task_timeout_ms, "attempt": attempt})
+    carry_updates(w, run_id, scheduled["event_id"])
     w.act(DispatchWorkflowTask(run.namespace, run.workflow_id, run_id, run.task_queue, scheduled["event_id"],
                                scheduled["event_id"] + 1, attempt, run.last_workflow_task_started_event_id, False))
 
 
-def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
+def schedule_transient_task(w: Writer, run_id: str, attempt: int, speculative: bool = False) -> None:
     """Retry a failed or timed-out workflow task without writing its scheduled/started events.
 
     The second attempt goes out at once; later ones back off exponentially, so a workflow waiting for fixed code
-    neither spins nor grows its history. The task's event ids are reserved at the end of history.
+    neither spins nor grows its history. The task's event ids are reserved at the end of history. A `speculative`
+    first attempt carries updates to an idle workflow the same way: if it rejects them all and commands nothing, it
+    leaves no trace in history (`workflow_task.completed`).
     """
     run = w.edit(run_id)
     if not run.open:
@@ -73,6 +77,7 @@ def schedule_transient_task(w: Writer, run_id: str, attempt: int) -> None:
         scheduled_event_id=run.next_event_id, started_event_id=run.next_event_id + 1, attempt=attempt,
         task_queue=run.task_queue, scheduled_time_ms=w.now_ms, started_time_ms=w.now_ms + delay,
         timeout_ms=run.task_timeout_ms, transient=True, retry_at_ms=w.now_ms + delay if delay else None,
+        speculative=speculative,
     )
     if not delay:
         dispatch_transient(w, run)
@@ -145,8 +150,29 @@ def record_start(w: Writer, run: RunState, reported_ms: int | None) -> int:
 def dispatch_transient(w: Writer, run: RunState) -> None:
     task = run.workflow_task
     assert task is not None
+    carry_updates(w, run.run_id, task.scheduled_event_id)
     w.act(DispatchWorkflowTask(run.namespace, run.workflow_id, run.run_id, task.task_queue, task.scheduled_event_id,
                                task.started_event_id, task.attempt, run.last_workflow_task_started_event_id, True))
+
+
+def carry_updates(w: Writer, run_id: str, scheduled_event_id: int) -> None:
+    """The task being dispatched carries every update admitted and not yet answered (its record lists them): its
+    answer must accept or reject each of them (`workflow_task.completed`)."""
+    run = w.run(run_id)
+    if run.admitted_updates:
+        for update in w.edit(run_id).admitted_updates:
+            update["delivered_task"] = scheduled_event_id
+
+
+def reject_update(w: Writer, run_id: str, update_id: str, failure: Record) -> None:
+    """Forget an admitted update, keeping why it was refused for its callers (the newest `KEEP_REJECTED`)."""
+    run = w.edit(run_id)
+    run.admitted_updates = [u for u in run.admitted_updates if u["update_id"] != update_id]
+    kept = [u for u in run.rejected_updates if u["update_id"] != update_id]
+    run.rejected_updates = [*kept, {"update_id": update_id, "failure": failure, "time_ms": w.now_ms}][-KEEP_REJECTED:]
+
+
+KEEP_REJECTED = 100
 
 
 def wake(w: Writer, run_id: str) -> None:
@@ -168,6 +194,10 @@ def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
     children = list(run.children.values())
     parent = run.parent
     w.append(run_id, event_type, attrs)
+    for update in list(run.admitted_updates):  # never accepted: their callers hear the run closed first
+        reject_update(w, run_id, update["update_id"], make_failure(
+            f"the workflow run closed ({ev.CLOSE_STATUS.get(event_type, event_type)}) before it accepted the update",
+            type="WorkflowClosed"))
     w.act(UpsertVisibility(run.namespace, run.workflow_id, run_id))
     if w.config.archive:
         w.act(Archive(run.namespace, run.workflow_id, run_id))

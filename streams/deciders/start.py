@@ -31,6 +31,35 @@ def signal_with_start(w: Writer, body: Record) -> Step:
     return _start(w, body["start"], signal=signal)
 
 
+def update_with_start(w: Writer, body: Record) -> Step:
+    """Update the running workflow, or start it with the update admitted, in one command: the update reaches the
+    new run's first workflow task. Temporal's rules: the start's id conflict policy must be USE_EXISTING (update
+    a running workflow) or FAIL (refuse one)."""
+    from ostinato.streams.deciders import updates
+
+    start_body, update = body["start"], body["update"]
+    conflict = start_body["id_conflict_policy"]
+    if conflict not in ("USE_EXISTING", "FAIL"):
+        return w.reject("INVALID_ARGUMENT", "update-with-start needs id_conflict_policy USE_EXISTING or FAIL, not "
+                                            f"{conflict}")
+    if not update["update_id"] or not update["name"]:
+        return w.reject("INVALID_ARGUMENT", "an update needs update_id and name")
+    current = w.workflow.current_run()
+    retried = next((r for r in w.workflow.runs.values() if r.start_request_id == w.command["request_id"]), None)
+    target = retried or (current if current is not None and current.open and conflict == "USE_EXISTING" else None)
+    if target is not None:
+        if not updates.known(target, update["update_id"]):
+            if not target.open:
+                return w.reject("ALREADY_CLOSED", f"run {target.run_id} of {target.workflow_id} is {target.status}: "
+                                                  "an update needs a running workflow", target.run_id)
+            if (problem := updates.limit_problem(target, w)) is not None:
+                return w.reject("LIMIT_EXCEEDED", problem, target.run_id)
+            updates.admit(w, target.run_id, update)
+        w.reply((wire.WORKFLOW_STARTED, {"run_id": target.run_id, "started": retried is not None}))
+        return w.step
+    return _start(w, start_body, signal=None, update=update)
+
+
 def _reuse_forbidden(reuse: str, closed_status: str) -> bool:
     if reuse == "REJECT_DUPLICATE":
         return True
@@ -50,7 +79,7 @@ def _invalid(body: Record) -> str | None:
     return None
 
 
-def _start(w: Writer, body: Record, signal: Record | None) -> Step:
+def _start(w: Writer, body: Record, signal: Record | None, update: Record | None = None) -> Step:
     wf, cmd = w.workflow, w.command
     parent = body["parent"]
     current = wf.current
@@ -92,7 +121,7 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
         "execution_expiration_time_ms": None if body["execution_timeout_ms"] is None
         else after(now, body["execution_timeout_ms"]),
         "identity": cmd["identity"], "request_id": cmd["request_id"],
-    }, signal)
+    }, signal, update)
     w.reply((wire.WORKFLOW_STARTED, {"run_id": run_id, "started": True}))
     if parent is not None:
         send(w, parent["namespace"], parent["workflow_id"], parent["run_id"], f"{run_id}/started", (
@@ -102,12 +131,17 @@ def _start(w: Writer, body: Record, signal: Record | None) -> Step:
     return w.step
 
 
-def start_run(w: Writer, run_id: str, attrs: Record, signal: Record | None = None) -> None:
-    """Write a run's first events and dispatch its first workflow task."""
+def start_run(w: Writer, run_id: str, attrs: Record, signal: Record | None = None,
+              update: Record | None = None) -> None:
+    """Write a run's first events and dispatch its first workflow task (carrying `update`, admitted first)."""
     w.append(run_id, ev.WORKFLOW_EXECUTION_STARTED, attrs)
     if signal is not None:
         w.append(run_id, ev.WORKFLOW_EXECUTION_SIGNALED, {**signal, "identity": w.command["identity"],
                                                           "request_id": w.command["request_id"]})
+    if update is not None:
+        w.edit(run_id).admitted_updates = [{
+            "update_id": update["update_id"], "name": update["name"], "input": update["input"],
+            "header": update["header"], "admitted_time_ms": w.now_ms, "delivered_task": 0}]
     if not attrs.get("first_workflow_task_backoff_ms"):  # otherwise the WORKFLOW_BACKOFF deadline schedules it
         schedule_workflow_task(w, run_id)
     w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))

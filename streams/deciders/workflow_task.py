@@ -6,9 +6,11 @@ from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.streams import events as ev
+from ostinato.streams.deciders import updates
 from ostinato.streams.deciders.commands import CLOSING, HANDLERS, validate_commands
 from ostinato.streams.deciders.common import (
     record_start,
+    reject_update,
     schedule_transient_task,
     schedule_workflow_task,
     start_problem,
@@ -42,19 +44,32 @@ def completed(w: Writer, body: Record) -> Step:
     task = run.workflow_task
     assert task is not None
     commands = body["commands"]
+    rejections = body.get("rejected_updates") or []
     reported = body.get("started_time_ms")
-    problem = validate_commands(run, commands, w.config)
+    problem = validate_commands(run, commands, w.config, rejections)
     if problem is None and reported is not None:
         problem = start_problem(task, reported, w.now_ms)
     cause = "BAD_COMMAND" if problem is not None else None
     if cause is None and task.new_events_while_started and any(name in CLOSING for name, _ in commands):
         cause, problem = "UNHANDLED_COMMAND", "new events arrived while the task ran; the workflow must see them " \
                                               "before it closes"
+    if cause is None and any(name in CLOSING for name, _ in commands) and any(
+            u["delivered_task"] != task.scheduled_event_id for u in run.admitted_updates):
+        cause, problem = "UNHANDLED_COMMAND", "updates arrived while the task ran; the workflow must see them " \
+                                              "before it closes"
     if cause is not None:
         fail_task(w, run, cause, problem or cause, reported)
         # The task failed (that is written), and the worker hears why; the command itself was not refused.
         w.reply((wire.REJECTED, {"code": "INVALID_ARGUMENT", "message": f"{cause}: {problem}",
                                              "existing_run_id": ""}))
+        return w.step
+    carried = [u["update_id"] for u in run.admitted_updates if u["delivered_task"] == task.scheduled_event_id]
+    if task.speculative and not commands and not body["force_create_new_task"]:
+        # Only updates, all rejected: the task leaves no trace in history (nor does the update).
+        w.edit(run.run_id).workflow_task = None
+        _settle_updates(w, run.run_id, carried, rejections)
+        updates.follow_up(w, run.run_id)
+        w.accept(run.run_id)
         return w.step
     more_to_see = task.new_events_while_started
     started_event_id = record_start(w, run, reported)
@@ -63,10 +78,25 @@ def completed(w: Writer, body: Record) -> Step:
         "identity": w.command["identity"], "build_id": body["build_id"], "sdk_flags": body["sdk_flags"]})
     for name, attrs in commands:
         HANDLERS[name](w, run.run_id, attrs, done["event_id"])
+    _settle_updates(w, run.run_id, carried, rejections)
     if more_to_see or body["force_create_new_task"] or run.run_id in w.wake_after:
         schedule_workflow_task(w, run.run_id)
+    updates.follow_up(w, run.run_id)
     w.accept(run.run_id)
     return w.step
+
+
+def _settle_updates(w: Writer, run_id: str, carried: list[str], rejections: list[Record]) -> None:
+    """Forget the updates the answer rejected, and refuse those it carried and left unanswered (a worker that does
+    not know updates): every caller hears an outcome. Called after the commands, which accept updates."""
+    for rejection in rejections:
+        reject_update(w, run_id, rejection["update_id"], rejection["failure"])
+    still_admitted = {u["update_id"] for u in w.run(run_id).admitted_updates}
+    for update_id in carried:
+        if update_id in still_admitted and all(r["update_id"] != update_id for r in rejections):
+            reject_update(w, run_id, update_id, make_failure(
+                f"the workflow task carried update {update_id!r} and its answer neither accepted nor rejected it: "
+                "is the worker's SDK too old for updates?", type="UpdateNotHandled"))
 
 
 def failed(w: Writer, body: Record) -> Step:

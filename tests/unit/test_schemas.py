@@ -101,10 +101,10 @@ def test_the_catalogue_is_complete() -> None:
     }
     assert expected <= set(TYPES)
     body = next(f for f in _canonical_json("ostinato.command.Command")["fields"] if f["name"] == "body")["type"]
-    assert len(body) == 21  # every command of the wire-contract issue, client-facing and internal; + redrive (16)
+    assert len(body) == 23  # the wire-contract issue's commands; + redrive (16); + update, update-with-start (18)
     event_types = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][2]["type"]
     attributes = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][4]["type"]
-    assert len(event_types["symbols"]) - 1 == len(attributes) == 42  # + RECORD_PUBLISHED (workflow.publish, issue 22)
+    assert len(event_types["symbols"]) - 1 == len(attributes) == 44  # + RECORD_PUBLISHED (issue 22); + UPDATE_ACCEPTED, UPDATE_COMPLETED (18)
 
 
 def test_task_records_name_the_task_explicitly() -> None:

@@ -297,6 +297,14 @@ class CheckedHarness(Harness):
             assert current is not None and current.run_id == running[0] and current.status == "RUNNING"
         if current is not None and current.run_id in self.workflow.runs:
             assert current.status == self.workflow.runs[current.run_id].status
+        for run in self.workflow.runs.values():
+            # Every admitted update reaches the workflow: a task carries it or is coming; a closed run holds none.
+            assert run.open or not run.admitted_updates, f"closed run {run.run_id} still holds admitted updates"
+            if run.open and run.admitted_updates and run.workflow_task is None:
+                assert in_first_task_backoff(run, self.now), f"run {run.run_id}: admitted updates and no task"
+            accepted = [e for r, e in self.history if r == run.run_id
+                        and e["event_type"] == ev.WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
+            assert len({ev.attributes(e)["update_id"] for e in accepted}) == len(accepted), "an update accepted twice"
 
     def check_fresh_round_trip(self) -> None:
         """At the end: written events never changed, and the support Harness's own full check passes."""
@@ -526,8 +534,16 @@ class CoreMachine(RuleBasedStateMachine):
         """Start (id reuse and conflict policies, retried request ids), signal, signal-with-start, cancel,
         terminate, query, delete, or any of them sent to the wrong shard."""
         kind = data.draw(st.sampled_from(["signal", "signal", "start", "start", "signal_with_start", "query",
-                                          "request_cancel", "terminate", "delete", "wrong_shard"]))
-        if kind == "start":
+                                          "request_cancel", "terminate", "delete", "wrong_shard", "update",
+                                          "update", "update_with_start"]))
+        update = {"update_id": data.draw(st.sampled_from(["u1", "u2", "u3", "u4", "u5", ""])), "name": "add",
+                  "input": [JSON], "first_execution_run_id": self.chain(data)}
+        if kind == "update":
+            self.send("UpdateWorkflowExecution", update, run_id=self.pick_run_id(data), **self.client_envelope(data))
+        elif kind == "update_with_start":
+            body = {"start": data.draw(start_bodies(data.draw(messiness))), "update": update}
+            self.send("UpdateWithStartWorkflowExecution", body, **self.client_envelope(data, start=True))
+        elif kind == "start":
             body = data.draw(start_bodies(data.draw(messiness)))
             self.send("StartWorkflowExecution", body, **self.client_envelope(data, start=True))
         elif kind == "signal_with_start":
@@ -595,10 +611,42 @@ class CoreMachine(RuleBasedStateMachine):
             return
         messy = kind == "complete_messy" or (kind == "stale" and data.draw(messiness))
         commands = data.draw(workflow_commands(self.h.workflow.runs.get(run_id), messy), label="commands")
+        update_commands, rejections = self.update_answers(data, self.h.workflow.runs.get(run_id), scheduled, messy)
+        commands = update_commands + commands  # an SDK accepts first: handlers start before the workflow goes on
         body = {"scheduled_event_id": scheduled, "attempt": attempt, "commands": commands,
+                "rejected_updates": rejections,
                 "force_create_new_task": data.draw(st.sampled_from([False, False, False, True])),
                 "started_time_ms": data.draw(reported_starts(self.h.now), label="started_time_ms")}
         self.send("RespondWorkflowTaskCompleted", body, run_id=run_id, identity="worker")
+
+    def update_answers(self, data: st.DataObject, run: Any, scheduled: int, messy: bool,
+                       ) -> tuple[list[tuple[str, Record]], list[Record]]:
+        """What an answer says of updates: each one the task carried accepted, rejected or (rarely) not mentioned;
+        some in progress completed; messy: ids it never carried, or answered twice."""
+        if run is None:
+            return [], []
+        carried = [u["update_id"] for u in run.admitted_updates if u["delivered_task"] == scheduled]
+        in_progress = [u for u, state in sorted(run.updates.items()) if not state.completed_event_id]
+        commands: list[tuple[str, Record]] = []
+        rejections: list[Record] = []
+        for update_id in carried:
+            fate = data.draw(st.sampled_from(["accept", "accept", "accept_complete", "reject", "ignore"]))
+            event(f"update answer: {fate}")
+            if fate.startswith("accept"):
+                commands.append(wf_command("AcceptUpdateCommand", {"update_id": update_id}))
+                if fate == "accept_complete":
+                    commands.append(wf_command("CompleteUpdateCommand", {"update_id": update_id, "result": [JSON]}))
+            elif fate == "reject":
+                rejections.append({"update_id": update_id, "failure": data.draw(failures)})
+        for update_id in in_progress:
+            if data.draw(st.booleans()):
+                outcome = data.draw(st.sampled_from([{"result": [JSON]}, {"failure": {"message": "no"}}]))
+                commands.append(wf_command("CompleteUpdateCommand", {"update_id": update_id, **outcome}))
+        if messy and data.draw(st.booleans()):
+            bogus = data.draw(st.sampled_from(["u9", *carried, *in_progress]))
+            commands.append(wf_command(data.draw(st.sampled_from(["AcceptUpdateCommand", "CompleteUpdateCommand"])),
+                                       {"update_id": bogus}))
+        return commands, rejections
 
     # -- activity workers ----------------------------------------------------------------------------------------
 
