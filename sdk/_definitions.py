@@ -11,6 +11,9 @@ from typing import Any
 RUN_ATTR = "__ostinato_run__"
 SIGNAL_ATTR = "__ostinato_signal__"
 QUERY_ATTR = "__ostinato_query__"
+UPDATE_ATTR = "__ostinato_update__"  # the update's name ("" for the dynamic handler)
+VALIDATOR_ATTR = "__ostinato_update_validator__"  # the name of the update it validates
+UNFINISHED_ATTR = "__ostinato_unfinished_policy__"
 DEFN_ATTR = "__ostinato_workflow__"
 
 
@@ -21,6 +24,14 @@ class WorkflowDefinition:
     run: Callable[..., Any]
     signals: dict[str, Callable[..., Any]] = field(default_factory=dict)
     queries: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    updates: dict[str, Callable[..., Any]] = field(default_factory=dict)  # "" is the dynamic handler
+    validators: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def update_handler(self, name: str) -> tuple[Callable[..., Any] | None, bool]:
+        """The handler of update `name` and whether it is the dynamic one (called with the name and raw args)."""
+        if name in self.updates and name:
+            return self.updates[name], False
+        return self.updates.get(""), True
 
     def arg_hints(self, fn: Callable[..., Any]) -> list[Any]:
         """Type hints of the parameters after `self`, to decode arguments into the right types."""
@@ -47,6 +58,8 @@ def build(cls: type, name: str | None) -> WorkflowDefinition:
     run = None
     signals: dict[str, Callable[..., Any]] = {}
     queries: dict[str, Callable[..., Any]] = {}
+    updates: dict[str, Callable[..., Any]] = {}
+    validators: dict[str, Callable[..., Any]] = {}
     for attr in dir(cls):
         member = getattr(cls, attr, None)
         if member is None:
@@ -63,9 +76,19 @@ def build(cls: type, name: str | None) -> WorkflowDefinition:
             if inspect.iscoroutinefunction(member):
                 raise TypeError(f"{cls.__name__}.{attr}: a @workflow.query must be a plain method (it cannot wait)")
             queries[query] = member
+        if (update := getattr(member, UPDATE_ATTR, None)) is not None:
+            if update in updates:
+                raise TypeError(f"workflow {cls.__name__} has two handlers of update {update or '(dynamic)'!r}")
+            updates[update] = member
+        if (validated := getattr(member, VALIDATOR_ATTR, None)) is not None:
+            if inspect.iscoroutinefunction(member):
+                raise TypeError(f"{cls.__name__}.{attr}: an update validator must be a plain method (it cannot wait)")
+            validators[validated] = member
     if run is None:
         raise TypeError(f"workflow {cls.__name__} needs one async method decorated with @workflow.run")
-    return WorkflowDefinition(name or cls.__name__, cls, run, signals, queries)
+    if (unknown := sorted(set(validators) - set(updates))):
+        raise TypeError(f"workflow {cls.__name__}: validators of updates it has no handler for: {unknown}")
+    return WorkflowDefinition(name or cls.__name__, cls, run, signals, queries, updates, validators)
 
 
 def definition_of(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition:

@@ -211,6 +211,21 @@ class HttpService(ClientTransport):
             if not page["next_page_token"]:
                 return events
 
+    async def poll_update(self, namespace: str, workflow_id: str, run_id: str, update_id: str, wait_stage: str,
+                          wait: timedelta) -> Record | None:
+        wait_s = max(0.0, wait.total_seconds())
+        data = await self._read(namespace, workflow_id, f"/updates/{quote(update_id, safe='')}", {
+            "run_id": run_id, "wait_stage": wait_stage, "wait_ms": str(int(wait_s * 1000))},
+            deadline=self._deadline(), wait_s=wait_s)
+        if data is None:
+            return None
+        status: Record = json.loads(data)
+        if status.get("outcome"):
+            _, complete = codec.decode(base64.b64decode(status["outcome"]))
+            status["outcome"] = {"failure": complete["failure"]} if complete["failure"] is not None else {
+                "result": complete["result"]}
+        return status
+
     async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
         """Long-poll the owner for the run's closing event.
 

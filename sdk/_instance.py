@@ -24,7 +24,7 @@ from typing import Any
 from ostinato.schemas.wire import command_type
 from ostinato.sdk import _context, _guards
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk._definitions import WorkflowDefinition
+from ostinato.sdk._definitions import UNFINISHED_ATTR, WorkflowDefinition
 from ostinato.sdk._loop import WorkflowLoop
 from ostinato.sdk.data import DataConverter
 
@@ -52,6 +52,8 @@ _EVENT_OF = {command_type(name): event for name, event in {
     "UpsertWorkflowSearchAttributesCommand": ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", None),
     "ModifyWorkflowPropertiesCommand": ("WORKFLOW_PROPERTIES_MODIFIED", None),
     "PublishRecordCommand": ("RECORD_PUBLISHED", "topic"),
+    "AcceptUpdateCommand": ("WORKFLOW_EXECUTION_UPDATE_ACCEPTED", "update_id"),
+    "CompleteUpdateCommand": ("WORKFLOW_EXECUTION_UPDATE_COMPLETED", "update_id"),
 }.items()}
 COMMAND_EVENTS = frozenset(event for event, _ in _EVENT_OF.values())
 TASK_EVENTS = frozenset({"WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED",
@@ -90,6 +92,7 @@ class TaskOutcome:
     commands: list[Command] = field(default_factory=list)
     failure: BaseException | None = None
     cause: str = "UNSPECIFIED"
+    rejected_updates: list[Record] = field(default_factory=list)  # {update_id, failure}: nothing in history
 
 
 @dataclass
@@ -144,13 +147,16 @@ class WorkflowInstance:
         self._patches: dict[str, bool] = {}
         self._task_failure: BaseException | None = None
         self._hinted = False
+        self._rejected: list[Record] = []  # updates the live activation's validators refused
+        self._handlers: dict[asyncio.Task[Any], tuple[str, str, int]] = {}  # running: (kind, name, unfinished policy)
 
     # -- feeding history ------------------------------------------------------------------------------------------
 
-    def process(self, events: list[Record], live_started_event_id: int | None) -> TaskOutcome:
+    def process(self, events: list[Record], live_started_event_id: int | None,
+                updates: list[Record] | None = None) -> TaskOutcome:
         """Consume `events` (everything after what this instance has seen, up to and including the task's
-        WORKFLOW_TASK_STARTED) and return the live activation's commands. With no live task (to answer a query),
-        replay every completed activation and stop."""
+        WORKFLOW_TASK_STARTED) and return the live activation's commands, and its answer to the `updates` the task
+        carries. With no live task (to answer a query), replay every completed activation and stop."""
         outcome_of = {_attrs(e)["started_event_id"]: e["event_type"] for e in events
                       if e["event_type"] in ("WORKFLOW_TASK_COMPLETED", "WORKFLOW_TASK_FAILED",
                                              "WORKFLOW_TASK_TIMED_OUT")}
@@ -165,14 +171,14 @@ class WorkflowInstance:
                         continue  # this instance ran that activation live; history now shows its start
                     self._unmatched_check(event)
                     if event["event_id"] == live_started_event_id:
-                        return self._activate(jobs, event, replaying=False)
+                        return self._activate(jobs, event, replaying=False, updates=updates or [])
                     if outcome_of.get(event["event_id"]) != "WORKFLOW_TASK_COMPLETED":
                         continue  # a failed or timed-out task: what it saw comes again in the next one
                     # Later arrivals, written before this STARTED, are the next activation's.
                     now = [job for job in jobs if job["event_id"] <= seen]
                     jobs = [job for job in jobs if job["event_id"] > seen]
-                    self._learn_patches(events, index)
-                    self._activate(now, event, replaying=True)
+                    accepted = self._learn_patches(events, index)
+                    self._activate(now, event, replaying=True, updates=accepted)
                 elif kind == "WORKFLOW_TASK_COMPLETED":
                     matching = True
                 elif kind in COMMAND_EVENTS and matching:
@@ -219,24 +225,30 @@ class WorkflowInstance:
         if pending.on_event is not None:
             pending.on_event(event)
 
-    def _learn_patches(self, events: list[Record], started_index: int) -> None:
-        """Patches a replayed activation recorded (markers among the command events after its COMPLETED):
-        `patched()` must answer as it did when the activation ran live."""
+    def _learn_patches(self, events: list[Record], started_index: int) -> list[Record]:
+        """What a replayed activation recorded among the command events after its COMPLETED: patches (markers),
+        since `patched()` must answer as it did live; and the updates it accepted, returned, which the activation
+        is given again (without their validators) so their handlers run as they did."""
         started_id = events[started_index]["event_id"]
         rest = iter(events[started_index + 1:])
+        accepted: list[Record] = []
         for event in rest:
             if event["event_type"] == "WORKFLOW_TASK_COMPLETED" and _attrs(event)["started_event_id"] == started_id:
                 break
         for event in rest:
             if event["event_type"] not in COMMAND_EVENTS:
-                return
+                break
             attrs = _attrs(event)
             if event["event_type"] == "MARKER_RECORDED" and attrs["marker_name"] == PATCH_MARKER:
                 self._known_patches.update(self.converter.decode(attrs["details"].get("patch_id", [])))
+            elif event["event_type"] == "WORKFLOW_EXECUTION_UPDATE_ACCEPTED":
+                accepted.append(attrs)
+        return accepted
 
     # -- one activation -------------------------------------------------------------------------------------------
 
-    def _activate(self, jobs: list[Record], started: Record, replaying: bool) -> TaskOutcome:
+    def _activate(self, jobs: list[Record], started: Record, replaying: bool,
+                  updates: list[Record] | None = None) -> TaskOutcome:
         self.replaying = replaying
         self.now = datetime.fromtimestamp(started["event_time_ms"] / 1000, UTC)
         self.loop.set_time(started["event_time_ms"] / 1000)
@@ -250,6 +262,7 @@ class WorkflowInstance:
         # As the task showed it: SCHEDULED + 1, whatever id history gives the STARTED once the answer is in.
         self.last_started_event_id = _attrs(started)["scheduled_event_id"] + 1
         self._new = []
+        self._rejected = []
         self._task_failure = None
         _guards.install()
         _context.set_running(self)
@@ -257,6 +270,8 @@ class WorkflowInstance:
             for job in jobs:
                 if not self.closed:
                     self._apply(job)
+            for request in updates or ():
+                self._update(request, validate=not replaying)
             self._run()
         except (exc.NondeterminismError, exc.RestrictedWorkflowAccessError) as error:
             self._task_failure = error
@@ -272,7 +287,7 @@ class WorkflowInstance:
                 else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
             return TaskOutcome(failure=failure, cause=cause)
         self._expected = list(self._new)
-        return TaskOutcome(commands=[(p.name, p.body) for p in self._new])
+        return TaskOutcome(commands=[(p.name, p.body) for p in self._new], rejected_updates=self._rejected)
 
     def record_violation(self, error: BaseException) -> None:
         """A determinism guard caught `error` in workflow code: the activation fails with the first one, even if the
@@ -350,6 +365,8 @@ class WorkflowInstance:
     def _close(self, name: str, body: Record) -> None:
         self.closed = True
         self.command(name, body)
+        if self._handlers:
+            self._warn_unfinished()
 
     def _signal(self, name: str, payloads: list[Record]) -> None:
         handler = self.defn.signals.get(name)
@@ -363,11 +380,80 @@ class WorkflowInstance:
             if asyncio.iscoroutine(result):
                 await result
 
-        self.loop.create_task(deliver(), name=f"signal {name}").add_done_callback(self._handler_done)
+        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, handler)
+
+    def _track(self, task: asyncio.Task[Any], kind: str, name: str, handler: Callable[..., Any]) -> None:
+        policy = int(getattr(handler, UNFINISHED_ATTR, 1))
+        self._handlers[task] = (kind, name, policy)
+        task.add_done_callback(self._handler_done)
 
     def _handler_done(self, task: asyncio.Task[Any]) -> None:
+        self._handlers.pop(task, None)
         if not task.cancelled() and task.exception() is not None and self._task_failure is None:
             self._task_failure = task.exception()
+
+    def all_handlers_finished(self) -> bool:
+        return not self._handlers
+
+    def _update(self, request: Record, validate: bool) -> None:
+        """Deliver an update: validate it (live only: a replay gives the accepted ones again), accept it, and run
+        its handler, whose return or `FailureError` completes it. A refused update goes in the task's answer, not
+        in history."""
+        update_id, name = request["update_id"], request["name"]
+        handler, dynamic = self.defn.update_handler(name)
+        if handler is None:
+            if not validate:
+                raise exc.NondeterminismError(f"history accepted update {name!r} ({update_id}) but workflow "
+                                              f"{self.defn.name} has no handler for it now")
+            known = ", ".join(sorted(n for n in self.defn.updates if n)) or "none"
+            self._reject(update_id, exc.ApplicationError(
+                f"workflow {self.defn.name} has no update {name!r} (known: {known})", type="UpdateNotFound"))
+            return
+        try:
+            args = self.converter.decode(request["input"], None if dynamic else
+                                         self.defn.arg_hints(handler)[:len(request["input"])])
+            validator = self.defn.validators.get("" if dynamic else name)
+            if validate and validator is not None:
+                validator(self.obj, *((name, args) if dynamic else args))
+        except Exception as error:
+            if not validate:
+                raise
+            self._reject(update_id, error)
+            return
+        self.command("AcceptUpdateCommand", {"update_id": update_id})
+
+        async def run() -> None:
+            try:
+                result = handler(self.obj, *((name, args) if dynamic else args))
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except exc.FailureError as failure:
+                if not self.closed:
+                    self.command("CompleteUpdateCommand", {"update_id": update_id, "result": [],
+                                                           "failure": self.converter.encode_failure(failure)})
+                return
+            if not self.closed:
+                self.command("CompleteUpdateCommand", {"update_id": update_id,
+                                                       "result": self.converter.encode([result]), "failure": None})
+
+        self._track(self.loop.create_task(run(), name=f"update {name}"), "update", name, handler)
+
+    def _reject(self, update_id: str, error: BaseException) -> None:
+        self._rejected.append({"update_id": update_id, "failure": self.converter.encode_failure(error)})
+
+    def _warn_unfinished(self) -> None:
+        """Temporal's warning for a run that finishes while handlers run: their callers get no result."""
+        if self.replaying:
+            return
+        unfinished = sorted({(kind, name) for kind, name, policy in self._handlers.values() if policy == 1})
+        for kind in ("update", "signal"):
+            names = [name or "(dynamic)" for k, name in unfinished if k == kind]
+            if names:
+                log.warning("workflow %s/%s finished while %s handlers were still running: %s. Their work was "
+                            "interrupted%s. Wait for them before returning with `await workflow.wait_condition("
+                            "workflow.all_handlers_finished)`, or give the handler unfinished_policy="
+                            "HandlerUnfinishedPolicy.ABANDON", self.workflow_id, self.run_id, kind, ", ".join(names),
+                            " and the clients waiting for them get no result" if kind == "update" else "")
 
     # -- what the workflow API calls ------------------------------------------------------------------------------
 

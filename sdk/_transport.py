@@ -67,6 +67,16 @@ class ClientTransport(ABC):
         """
         raise exc.RPCError(f"{type(self).__name__} has no visibility store (count needs a server)")
 
+    async def poll_update(self, namespace: str, workflow_id: str, run_id: str, update_id: str, wait_stage: str,
+                          wait: timedelta) -> Record | None:
+        """Where update `update_id` stands (`streams.update_status`), waiting up to `wait` for `wait_stage`; its
+        outcome as {"result": payloads} or {"failure": record}. None when the run does not know the update.
+
+        Raises:
+            RPCError: by default: the transport has no updates.
+        """
+        raise exc.RPCError(f"{type(self).__name__} does not support updates")
+
     def worker_transport(self) -> WorkerTransport:
         """What serves the tasks of this client's workers.
 

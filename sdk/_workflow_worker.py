@@ -53,7 +53,7 @@ class WorkflowTaskHandler:
             return self._failed(task, unknown, "UNKNOWN_WORKFLOW_TYPE")
         instance, events = self._instance(task, definition, full_history)
         try:
-            outcome = instance.process(events, task["started_event_id"])
+            outcome = instance.process(events, task["started_event_id"], task.get("updates") or [])
         except Exception as error:  # noqa: BLE001 - the worker's own bug fails the task like the workflow's would
             outcome = TaskOutcome(failure=error, cause="WORKFLOW_WORKER_UNHANDLED_FAILURE")
         if outcome.failure is not None:
@@ -71,7 +71,7 @@ class WorkflowTaskHandler:
         return (command_type("RespondWorkflowTaskCompleted"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
             "commands": outcome.commands, "force_create_new_task": False, "sdk_flags": [], "build_id": "",
-            "started_time_ms": started_time_ms(task)})
+            "started_time_ms": started_time_ms(task), "rejected_updates": outcome.rejected_updates})
 
     def _instance(self, task: Record, definition: WorkflowDefinition,
                   full_history: Callable[[], list[Record]]) -> tuple[WorkflowInstance, list[Record]]:

@@ -4,6 +4,7 @@ server, or the in-memory engine of `WorkflowEnvironment`, so tests and productio
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 
-__all__ = ["Client", "WorkflowExecution", "WorkflowExecutionDescription", "WorkflowExecutionStatus", "WorkflowHandle",
-           "WorkflowService"]
+__all__ = ["Client", "WithStartWorkflowOperation", "WorkflowExecution", "WorkflowExecutionDescription",
+           "WorkflowExecutionStatus", "WorkflowHandle", "WorkflowService", "WorkflowUpdateFailedError",
+           "WorkflowUpdateHandle", "WorkflowUpdateRPCTimeoutOrCancelledError", "WorkflowUpdateStage"]
 
 Record = dict[str, Any]
 WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
+_NO_ARG = object()  # an update called without an argument (None is an argument)
 
 
 class WorkflowExecutionStatus(IntEnum):
@@ -147,18 +150,10 @@ class Client:
         `id_reuse_policy` and `id_conflict_policy` take the `ostinato.common` enums (or their names); left
         unspecified, the engine allows reusing a closed run's id and fails a start while a run is open."""
         name, hint = _workflow_name(workflow)
-        converter = self.data_converter
-        arguments = defs.call_arguments(args_, args)
-        body = {
-            "workflow_type": name, "task_queue": task_queue, "input": converter.encode(arguments),
-            "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-            "task_timeout_ms": to_ms(task_timeout) or 0, "id_reuse_policy": _policy_name(id_reuse_policy),
-            "id_conflict_policy": _policy_name(id_conflict_policy),
-            "retry_policy": None if retry_policy is None else retry_policy.to_record(),
-            "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
-            "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
-            "header": {}, "parent": None,
-        }
+        body = _start_body(self.data_converter, name, defs.call_arguments(args_, args), task_queue=task_queue,
+                           execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
+                           id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
+                           retry_policy=retry_policy, memo=memo, search_attributes=search_attributes)
         reply = await self.service.send(self.namespace, id, "", (command_type("StartWorkflowExecution"), body),
                                         request_id or uuid.uuid4().hex, self.identity)
         name_, record = reply
@@ -172,6 +167,49 @@ class Client:
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, **options: Any) -> Any:
         """Start a workflow and wait for its result."""
         handle = await self.start_workflow(workflow, *args, **options)
+        return await handle.result()
+
+    async def start_update_with_start_workflow(
+            self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *, start_workflow_operation:
+            WithStartWorkflowOperation, wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] | None = None,
+            id: str | None = None, result_type: Any = None) -> WorkflowUpdateHandle:
+        """Start the operation's workflow unless it runs already (its id_conflict_policy: USE_EXISTING, or FAIL to
+        refuse a running one) and send it the update, in one command; `start_workflow_operation.workflow_handle()`
+        then gives the run."""
+        op = start_workflow_operation
+        name, update_args, hint = _update_call(update, arg, args)
+        update_id = id or str(uuid.uuid4())
+        body = {"start": op.body(self.data_converter), "update": {
+            "update_id": update_id, "name": name, "input": self.data_converter.encode(update_args), "header": {},
+            "first_execution_run_id": ""}}
+        try:
+            reply_type, record = await self.service.send(
+                self.namespace, op.id, "", (command_type("UpdateWithStartWorkflowExecution"), body),
+                op.request_id or uuid.uuid4().hex, self.identity)
+        except BaseException as error:
+            op._set_failed(error)
+            raise
+        if reply_type == REJECTED:
+            error = exc.WorkflowAlreadyStartedError(op.id, op.workflow_name, str(record["existing_run_id"])) \
+                if record["code"] == "ALREADY_STARTED" else exc.RPCError(record["message"], code=record["code"])
+            op._set_failed(error)
+            raise error
+        workflow = WorkflowHandle(self, op.id, run_id=record["run_id"], first_execution_run_id=record["run_id"],
+                                  result_type=op.result_type)
+        op._set_handle(workflow)
+        handle = WorkflowUpdateHandle(self, update_id, name, op.id, workflow_run_id=record["run_id"],
+                                      result_type=result_type or hint)
+        await handle._wait(wait_for_stage)
+        return handle
+
+    async def execute_update_with_start_workflow(
+            self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *, start_workflow_operation:
+            WithStartWorkflowOperation, args: Sequence[Any] | None = None, id: str | None = None,
+            result_type: Any = None) -> Any:
+        """`start_update_with_start_workflow` waiting for the update's completion: its result."""
+        handle = await self.start_update_with_start_workflow(
+            update, arg, start_workflow_operation=start_workflow_operation, args=args, id=id,
+            wait_for_stage=WorkflowUpdateStage.COMPLETED, result_type=result_type)
         return await handle.result()
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
@@ -283,6 +321,50 @@ class WorkflowHandle:
     async def fetch_history(self) -> list[Record]:
         return await self.client.service.history(self.client.namespace, self.id, self.run_id)
 
+    async def start_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
+                           wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] | None = None,
+                           id: str | None = None, result_type: Any = None) -> WorkflowUpdateHandle:
+        """Send an update and wait until it is ACCEPTED (its validator passed and its handler runs) or COMPLETED;
+        a rejected update raises WorkflowUpdateFailedError here. The same `id` again joins the first update."""
+        if wait_for_stage == WorkflowUpdateStage.ADMITTED:
+            raise ValueError("wait_for_stage ADMITTED is not supported (as in Temporal): use ACCEPTED or COMPLETED")
+        name, update_args, hint = _update_call(update, arg, args)
+        update_id = id or str(uuid.uuid4())
+        reply_type, record = await self.client.service.send(
+            self.client.namespace, self.id, self.run_id, (command_type("UpdateWorkflowExecution"), {
+                "update_id": update_id, "name": name, "input": self.client.data_converter.encode(update_args),
+                "header": {}, "first_execution_run_id": self.first_execution_run_id}),
+            uuid.uuid4().hex, self.client.identity)
+        if reply_type == REJECTED:
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+        handle = WorkflowUpdateHandle(self.client, update_id, name, self.id, workflow_run_id=record["run_id"],
+                                      result_type=result_type or hint)
+        await handle._wait(wait_for_stage)
+        return handle
+
+    async def execute_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
+                             args: Sequence[Any] | None = None, id: str | None = None,
+                             result_type: Any = None) -> Any:
+        """Send an update and wait for its result; WorkflowUpdateFailedError if it was rejected or failed."""
+        handle = await self.start_update(update, arg, args=args, id=id, result_type=result_type,
+                                         wait_for_stage=WorkflowUpdateStage.COMPLETED)
+        return await handle.result()
+
+    def get_update_handle(self, id: str, *, workflow_run_id: str | None = None,
+                          result_type: Any = None) -> WorkflowUpdateHandle:
+        """A handle to an update sent before (by this or another client), by its id."""
+        return WorkflowUpdateHandle(self.client, id, "", self.id, workflow_run_id=workflow_run_id or self.run_id,
+                                    result_type=result_type)
+
+    def get_update_handle_for(self, update: Callable[..., Any], id: str, *,
+                              workflow_run_id: str | None = None) -> WorkflowUpdateHandle:
+        """`get_update_handle`, with the result typed as `update` returns."""
+        name, _, hint = _update_call(update, _NO_ARG, None)
+        handle = self.get_update_handle(id, workflow_run_id=workflow_run_id, result_type=hint)
+        handle.name = name
+        return handle
+
     async def _send(self, name: str, body: Record) -> None:
         reply_type, record = await self.client.service.send(self.client.namespace, self.id, self.run_id,
                                                             (command_type(name), body), uuid.uuid4().hex,
@@ -290,6 +372,159 @@ class WorkflowHandle:
         if reply_type == REJECTED:
             raise exc.RPCError(record["message"], code=record["code"],
                                status=404 if record["code"] == "NOT_FOUND" else 400)
+
+
+class WorkflowUpdateStage(IntEnum):
+    """How far an update has got (Temporal's values)."""
+
+    ADMITTED = 1  # the engine has it; not yet seen by the workflow
+    ACCEPTED = 2  # the validator passed (or there is none): it is in history and its handler runs
+    COMPLETED = 3  # its handler returned or failed, or it was rejected
+
+
+class WorkflowUpdateFailedError(exc.OstinatoError):
+    """The update was rejected (its validator raised; nothing was written) or its handler failed: `cause` says
+    why, as an ApplicationError (or the failure the handler raised)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__("Workflow update failed")
+        self.__cause__ = cause
+
+    @property
+    def cause(self) -> BaseException:
+        assert self.__cause__ is not None
+        return self.__cause__
+
+
+class WorkflowUpdateRPCTimeoutOrCancelledError(exc.RPCError):
+    """Nobody could tell, within the wait, whether the update reached the stage asked for; it may still."""
+
+    def __init__(self, message: str = "Timeout or cancellation waiting for update") -> None:
+        super().__init__(message, status=504, code="timeout")
+
+
+class WorkflowUpdateHandle:
+    """One update of one workflow: its id, and its outcome (`result()`)."""
+
+    POLL = timedelta(seconds=50)  # each long-poll of the owner; the handle asks again until there is an answer
+
+    def __init__(self, client: Client, id: str, name: str, workflow_id: str, *, workflow_run_id: str = "",
+                 result_type: Any = None) -> None:
+        self.client = client
+        self.id = id
+        self.name = name
+        self.workflow_id = workflow_id
+        self.workflow_run_id = workflow_run_id
+        self.result_type = result_type
+        self._status: Record | None = None
+
+    async def _wait(self, stage: WorkflowUpdateStage, rpc_timeout: timedelta | None = None) -> Record:
+        deadline = None if rpc_timeout is None else asyncio.get_running_loop().time() + rpc_timeout.total_seconds()
+        while True:
+            wait = self.POLL
+            if deadline is not None:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise WorkflowUpdateRPCTimeoutOrCancelledError()
+                wait = min(wait, timedelta(seconds=left))
+            status = await self.client.service.poll_update(self.client.namespace, self.workflow_id,
+                                                           self.workflow_run_id, self.id, stage.name, wait)
+            if status is None:
+                raise exc.RPCError(f"workflow {self.workflow_id!r} has no update {self.id!r} (never sent, or the run "
+                                   "forgot it before accepting it: send it again with the same id)", status=404,
+                                   code="not_found")
+            self._status = status
+            self.workflow_run_id = status["run_id"]
+            if status["outcome"] is not None and "failure" in status["outcome"]:
+                raise WorkflowUpdateFailedError(self.client.data_converter.decode_failure(status["outcome"]["failure"]))
+            if status["run_closed"]:
+                raise exc.RPCError(f"workflow {self.workflow_id!r} closed before update {self.id!r} completed: it "
+                                   "never will", status=404, code="workflow_closed")
+            if WorkflowUpdateStage[status["stage"]] >= stage:
+                return status
+
+    async def result(self, *, rpc_timeout: timedelta | None = None) -> Any:
+        """The update's result once it completes; WorkflowUpdateFailedError if it was rejected or failed."""
+        status = self._status
+        if status is None or status["stage"] != "COMPLETED":
+            status = await self._wait(WorkflowUpdateStage.COMPLETED, rpc_timeout)
+        return self.client.data_converter.decode_one(status["outcome"]["result"], self.result_type)
+
+
+class WithStartWorkflowOperation:
+    """The start half of update-with-start (`Client.execute_update_with_start_workflow`): the workflow to start if
+    it is not running. `id_conflict_policy` is required, as in Temporal: USE_EXISTING (update the running workflow)
+    or FAIL."""
+
+    def __init__(self, workflow: type | Callable[..., Any] | str, *args_: Any, id: str, task_queue: str,
+                 id_conflict_policy: WorkflowIDConflictPolicy | str, args: Sequence[Any] | None = None,
+                 execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+                 task_timeout: timedelta | None = None,
+                 id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED", retry_policy: RetryPolicy | None = None,
+                 memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
+                 request_id: str | None = None, result_type: Any = None) -> None:
+        self.workflow_name, hint = _workflow_name(workflow)
+        self.id = id
+        self.request_id = request_id
+        self.result_type = result_type or hint
+        self._arguments = defs.call_arguments(args_, args)
+        self._options: Record = dict(task_queue=task_queue, execution_timeout=execution_timeout,
+                                     run_timeout=run_timeout, task_timeout=task_timeout,
+                                     id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
+                                     retry_policy=retry_policy, memo=memo, search_attributes=search_attributes)
+        self._handle: asyncio.Future[WorkflowHandle] | None = None
+
+    def body(self, converter: DataConverter) -> Record:
+        return _start_body(converter, self.workflow_name, self._arguments, **self._options)
+
+    def _future(self) -> asyncio.Future[WorkflowHandle]:
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().create_future()
+        return self._handle
+
+    def _set_handle(self, handle: WorkflowHandle) -> None:
+        if not self._future().done():
+            self._future().set_result(handle)
+
+    def _set_failed(self, error: BaseException) -> None:
+        if not self._future().done():
+            self._future().set_exception(error)
+
+    async def workflow_handle(self) -> WorkflowHandle:
+        """The workflow's handle, once the update-with-start call has sent its command."""
+        return await self._future()
+
+
+def _update_call(update: str | Callable[..., Any], arg: Any, args: Sequence[Any] | None,
+                 ) -> tuple[str, list[Any], Any]:
+    """The update's name, its arguments and the result's type hint (from the handler's annotations)."""
+    if isinstance(update, str):
+        name, hint = update, None
+    else:
+        name = getattr(update, defs.UPDATE_ATTR, None)
+        if not name:
+            raise TypeError(f"{getattr(update, '__qualname__', update)!r} is not a @workflow.update method")
+        hint = defs._hints(update).get("return")
+    if arg is not _NO_ARG and args:
+        raise TypeError("pass the update's argument or args=[...], not both")
+    return name, list(args or ([] if arg is _NO_ARG else [arg])), hint
+
+
+def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *, task_queue: str,
+                execution_timeout: timedelta | None, run_timeout: timedelta | None, task_timeout: timedelta | None,
+                id_reuse_policy: WorkflowIDReusePolicy | str, id_conflict_policy: WorkflowIDConflictPolicy | str,
+                retry_policy: RetryPolicy | None, memo: dict[str, Any] | None,
+                search_attributes: dict[str, Any] | None) -> Record:
+    return {
+        "workflow_type": name, "task_queue": task_queue, "input": converter.encode(list(arguments)),
+        "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
+        "task_timeout_ms": to_ms(task_timeout) or 0, "id_reuse_policy": _policy_name(id_reuse_policy),
+        "id_conflict_policy": _policy_name(id_conflict_policy),
+        "retry_policy": None if retry_policy is None else retry_policy.to_record(),
+        "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
+        "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
+        "header": {}, "parent": None,
+    }
 
 
 def _workflow_name(workflow: type | Callable[..., Any] | str) -> tuple[str, Any]:

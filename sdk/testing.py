@@ -20,6 +20,8 @@ from ostinato.sdk.client import Client
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.engine import InMemoryEngine
+from ostinato.streams.model import from_record
+from ostinato.streams.update_status import reached, update_status
 
 __all__ = ["EngineService", "WorkflowEnvironment"]
 
@@ -72,6 +74,23 @@ class EngineService(ClientTransport):
 
     async def history(self, namespace: str, workflow_id: str, run_id: str) -> list[Record]:
         return self.engine.history(namespace, workflow_id, run_id)
+
+    async def poll_update(self, namespace: str, workflow_id: str, run_id: str, update_id: str, wait_stage: str,
+                          wait: timedelta) -> Record | None:
+        deadline = time.monotonic() + wait.total_seconds()
+        while True:
+            self.engine.run_until_idle()
+            state = self.engine.describe(namespace, workflow_id, run_id)
+            if state is None:
+                return None
+            history = self.engine.history(namespace, workflow_id, state["run_id"])
+            status = update_status(from_record(state), update_id,
+                                   lambda n: history[n - 1] if n <= len(history) else None)  # noqa: B023
+            if status is None or reached(status, wait_stage) or time.monotonic() >= deadline:
+                return status
+            if self.time_skipping and self.busy == 0 and not self.engine.has_queued_tasks():
+                self.engine.skip_time_until_idle()
+            await asyncio.sleep(IDLE_S)
 
     async def wait_closed(self, namespace: str, workflow_id: str, run_id: str) -> Record:
         run_id = run_id or self.engine.current_run_id(namespace, workflow_id)

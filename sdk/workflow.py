@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from typing import Any, TypeVar, overload
 
 from ostinato.sdk import _context
@@ -31,10 +31,12 @@ __all__ = [
     "ActivityCancellationType",
     "ChildWorkflowHandle",
     "ExternalWorkflowHandle",
+    "HandlerUnfinishedPolicy",
     "Info",
     "LoggerAdapter",
     "ParentClosePolicy",
     "WorkflowInfo",
+    "all_handlers_finished",
     "as_completed",
     "continue_as_new",
     "continue_as_new_suggested",
@@ -61,6 +63,7 @@ __all__ = [
     "start_child_workflow",
     "time",
     "unsafe",
+    "update",
     "upsert_memo",
     "upsert_search_attributes",
     "uuid4",
@@ -137,6 +140,54 @@ def query(fn: F | None = None, *, name: str | None = None) -> Any:
         return target
 
     return wrap(fn) if fn is not None else wrap
+
+
+class HandlerUnfinishedPolicy(IntEnum):
+    """What a run that finishes while a signal or update handler still runs does (Temporal's values): log a warning
+    and abandon it (the default), or abandon it silently."""
+
+    WARN_AND_ABANDON = 1
+    ABANDON = 2
+
+
+@overload
+def update(fn: F) -> F: ...
+@overload
+def update(*, name: str | None = None, dynamic: bool = False,
+           unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON,
+           ) -> Callable[[F], F]: ...
+
+
+def update(fn: F | None = None, *, name: str | None = None, dynamic: bool = False,
+           unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON) -> Any:
+    """A method (sync or async; it may run activities and wait) called when a client updates the workflow; its
+    return value is the update's result, a `FailureError` it raises the update's failure. `@<method>.validator`
+    registers a plain method that runs first with the same arguments and rejects the update by raising: a
+    rejected update leaves nothing in history. `dynamic=True` handles every update without a handler of its own,
+    called as `(self, name, args)` with `args` the decoded values (plain JSON types; Temporal passes raw
+    payloads)."""
+    if dynamic and name:
+        raise TypeError("a dynamic update handler has no name")
+
+    def wrap(target: F) -> F:
+        update_name = "" if dynamic else (name or target.__name__)
+        setattr(target, defs.UPDATE_ATTR, update_name)
+        setattr(target, defs.UNFINISHED_ATTR, unfinished_policy)
+
+        def validator(check: Callable[..., None]) -> Callable[..., None]:
+            setattr(check, defs.VALIDATOR_ATTR, update_name)
+            return check
+
+        target.validator = validator
+        return target
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def all_handlers_finished() -> bool:
+    """Whether no signal or update handler is running: `await workflow.wait_condition(workflow.all_handlers_finished)`
+    before returning lets every accepted update complete instead of being abandoned."""
+    return runtime.current().all_handlers_finished()
 
 
 # -- the running workflow ---------------------------------------------------------------------------------------

@@ -16,16 +16,17 @@ import json
 import time
 import uuid
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from aiohttp import web
 from confluent_kafka import KafkaException
 
 from ostinato.schemas import codec, wire
-from ostinato.schemas.keys import run_key
+from ostinato.schemas.keys import history_key, run_key
 from ostinato.schemas.payloads import DEFAULT_HARD_LIMIT, Payload, payload_size
 from ostinato.schemas.topics import MAX_RECORD_BYTES
 from ostinato.services.frontend.gateway import CommandGateway, GatewayError
-from ostinato.services.frontend.http import error
+from ostinato.services.frontend.http import error, jsonable
 from ostinato.services.frontend.namespaces_api import unknown_namespace
 from ostinato.services.frontend.reads import (
     READS,
@@ -37,6 +38,8 @@ from ostinato.services.frontend.reads import (
     wait_for_commit,
 )
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
+from ostinato.streams.model import decode_run
+from ostinato.streams.update_status import STAGES, reached, update_status
 
 Record = dict[str, Any]
 JSON_ENCODING = b"json/plain"
@@ -278,6 +281,145 @@ async def redrive(request: web.Request) -> web.Response:
     return web.json_response({"run_id": record["run_id"], "outcomes": record["outcomes"]})
 
 
+def _update_body(body: Record) -> Record:
+    return {"update_id": _field(body, "update_id", str, "") or uuid.uuid4().hex, "name": "",
+            "input": _args(body, "input"), "header": {}, "first_execution_run_id": ""}
+
+
+def _wait_stage(value: str) -> str:
+    stage = value.upper()
+    if stage not in STAGES:
+        raise BadRequest(f"wait_stage must be one of {', '.join(STAGES)}, not {value!r}", field="wait_stage")
+    return stage
+
+
+def _see_update(request: web.Request, workflow_id: str, update_id: str, run_id: str, stage: str,
+                timeout_ms: int) -> web.Response:
+    """POST-redirect-GET: the update was admitted; its stage and outcome are an owner read, which this server may
+    not hold. 303 sends the client (curl -L, browsers, aiohttp, the SDK) to it, with what it needs to wait."""
+    ns = request.match_info["namespace"]
+    path = f"/api/v1/namespaces/{quote(ns, safe='')}/workflows/{quote(workflow_id, safe='')}/updates/" \
+           f"{quote(update_id, safe='')}"
+    location = f"{path}?{urlencode({'run_id': run_id, 'wait_stage': stage, 'wait_ms': timeout_ms})}"
+    return web.json_response({"update_id": update_id, "run_id": run_id, "stage": "ADMITTED", "location": location},
+                             status=303, headers={"Location": location})
+
+
+@_handler
+async def update(request: web.Request) -> web.Response:
+    """Send an update (Temporal's UpdateWorkflowExecution). wait_stage ADMITTED answers once the engine has it;
+    ACCEPTED (the default) or COMPLETED answer 303 to the update's owner read, which waits for that stage."""
+    body = await _body(request)
+    workflow_id = request.match_info["workflow_id"]
+    update_body = {**_update_body(body), "name": request.match_info["name"]}
+    stage = _wait_stage(_field(body, "wait_stage", str, "ACCEPTED"))
+    timeout_ms = _positive(body, "timeout_ms") or int(MAX_RESULT_WAIT_S * 1000)
+    kind, record = await _send(request, workflow_id, "UpdateWorkflowExecution", update_body,
+                               run_id=_field(body, "run_id", str, ""), request_id=_field(body, "request_id", str, ""))
+    if kind.endswith("Rejected"):
+        return _rejected(record)
+    if stage == "ADMITTED":
+        return web.json_response({"update_id": update_body["update_id"], "run_id": record["run_id"],
+                                  "stage": "ADMITTED"})
+    return _see_update(request, workflow_id, update_body["update_id"], record["run_id"], stage, timeout_ms)
+
+
+@_handler
+async def update_with_start(request: web.Request) -> web.Response:
+    """Start the workflow if it is not running (id_conflict_policy USE_EXISTING, the default here, or FAIL) and
+    update it, in one command; then as `update`."""
+    body = await _body(request)
+    workflow_id = request.match_info["workflow_id"]
+    start_body = _start_body({"id_conflict_policy": "USE_EXISTING", **body})
+    update_body = {**_update_body(_field(body, "update", dict, required=True)),
+                   "name": _field(_field(body, "update", dict), "name", str, required=True)}
+    stage = _wait_stage(_field(body, "wait_stage", str, "ACCEPTED"))
+    timeout_ms = _positive(body, "timeout_ms") or int(MAX_RESULT_WAIT_S * 1000)
+    kind, record = await _send(request, workflow_id, "UpdateWithStartWorkflowExecution",
+                               {"start": start_body, "update": update_body},
+                               request_id=_field(body, "request_id", str, ""))
+    if kind.endswith("Rejected"):
+        return _rejected(record)
+    if stage == "ADMITTED":
+        return web.json_response({"update_id": update_body["update_id"], "run_id": record["run_id"],
+                                  "started": record["started"], "stage": "ADMITTED"})
+    return _see_update(request, workflow_id, update_body["update_id"], record["run_id"], stage, timeout_ms)
+
+
+@_handler
+@owner_read
+async def update_outcome(request: web.Request) -> web.Response:
+    """Long-poll an update until it reaches `wait_stage` (ACCEPTED by default), `wait_ms` passes (max 60 s: the
+    stage reached so far), or it cannot get there (run_closed). 404 for an update the run does not know: never
+    sent, or admitted before the run's state was rebuilt from history (send it again with the same id)."""
+    store = store_or_redirect(request)
+    if isinstance(store, web.Response):
+        return store
+    ns, wf = request.match_info["namespace"], request.match_info["workflow_id"]
+    update_id = request.match_info["update_id"]
+    stage = _wait_stage(request.query.get("wait_stage", "ACCEPTED"))
+    try:
+        wait_s = min(MAX_RESULT_WAIT_S, int(request.query.get("wait_ms", "0")) / 1000)
+    except ValueError:
+        raise BadRequest("wait_ms must be a whole number") from None
+    run_id = run_id_param(store, ns, wf, request)
+    if not run_id:
+        return not_found(request, f"no workflow {wf!r} in namespace {ns!r}")
+    deadline = time.monotonic() + wait_s
+    key = run_key(ns, wf, run_id).encode()
+    waiters = request.app[READS].waiters
+    while True:
+        future = waiters.watch(key) if waiters is not None else None  # before the read: no lost wake-up
+        try:
+            data = store.get(Family.STATE, key)
+            status = None if data is None else update_status(
+                decode_run(data), update_id,
+                lambda n: _stored_event(store, ns, wf, run_id, n))  # noqa: B023 - used at once, in this pass
+        except StoreClosed:
+            if waiters is not None and future is not None:
+                waiters.unwatch(key, future)
+            raise
+        done = status is None or reached(status, stage) or time.monotonic() >= deadline
+        if done:
+            if waiters is not None and future is not None:
+                waiters.unwatch(key, future)
+            if data is None:
+                return not_found(request, f"no run {run_id!r} of workflow {wf!r} in namespace {ns!r}")
+            if status is None:
+                return not_found(request, f"run {run_id} of {wf!r} has no update {update_id!r}")
+            return web.json_response(_update_out(status, raw=request.query.get("format") == "avro"))
+        if waiters is not None and future is not None:
+            await wait_for_commit(request, waiters, key, future, store, deadline)
+        else:
+            await asyncio.sleep(0.05)
+        store = store_or_redirect(request)  # never read on from the store of a shard that moved away
+        if isinstance(store, web.Response):
+            return store
+
+
+def _stored_event(store: ShardStore, ns: str, wf: str, run_id: str, event_id: int) -> Record | None:
+    data = store.get(Family.HISTORY, history_key(ns, wf, run_id, event_id).encode())
+    return None if data is None else codec.decode(data)[1]
+
+
+def _update_out(status: Record, raw: bool) -> Record:
+    """The status as JSON: the result as a value (a JSON payload) and the failure as a record; with
+    `format=avro` (SDKs) the outcome as a base64 single-object `ostinato.command.CompleteUpdateCommand` instead."""
+    out = dict(status)
+    outcome = status["outcome"]
+    if raw:
+        out["outcome"] = None if outcome is None else base64.b64encode(codec.encode(
+            "ostinato.command.CompleteUpdateCommand", {"update_id": status["update_id"],
+                                                       "result": outcome.get("result", []),
+                                                       "failure": outcome.get("failure")})).decode()
+    elif outcome is not None and "result" in outcome:
+        out["outcome"] = {"result": value_of(outcome["result"][0]) if outcome["result"] else None,
+                          "payloads": jsonable(outcome["result"])}
+    elif outcome is not None:
+        out["outcome"] = {"failure": jsonable(outcome["failure"])}
+    return out
+
+
 @_handler
 @owner_read
 async def result(request: web.Request) -> web.Response:
@@ -378,6 +520,8 @@ def install(app: web.Application, gateway: CommandGateway) -> None:
     app.router.add_post(base + "/{workflow_id}/cancel", cancel)
     app.router.add_post(base + "/{workflow_id}/terminate", terminate)
     app.router.add_post(base + "/{workflow_id}/redrive", redrive)
+    app.router.add_post(base + "/{workflow_id}/updates/{name}", update)
+    app.router.add_post(base + "/{workflow_id}/update-with-start", update_with_start)
     install_owner_reads(app)
     app.router.add_get("/api/v1/namespaces/{namespace}/task-queues/{task_queue}", describe_task_queue)
 
@@ -386,3 +530,4 @@ def install_owner_reads(app: web.Application) -> None:
     """The routes of this API that read a shard's store: also served by a processor process of its own
     (`services/processor_process.py`), which has no gateway."""
     app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/result", result)
+    app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/updates/{update_id}", update_outcome)

@@ -104,7 +104,8 @@ def test_the_catalogue_is_complete() -> None:
     assert len(body) == 23  # the wire-contract issue's commands; + redrive (16); + update, update-with-start (18)
     event_types = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][2]["type"]
     attributes = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][4]["type"]
-    assert len(event_types["symbols"]) - 1 == len(attributes) == 44  # + RECORD_PUBLISHED (issue 22); + UPDATE_ACCEPTED, UPDATE_COMPLETED (18)
+    # + RECORD_PUBLISHED (issue 22); + UPDATE_ACCEPTED, UPDATE_COMPLETED (18)
+    assert len(event_types["symbols"]) - 1 == len(attributes) == 44
 
 
 def test_task_records_name_the_task_explicitly() -> None:
