@@ -242,6 +242,47 @@ def signal(
 
 
 @app.command()
+def update(
+    workflow_id: Annotated[str, typer.Argument()], name: Annotated[str, typer.Argument(help="The update name.")],
+    inputs: JsonInputs = None,
+    wait_for_stage: Annotated[str, typer.Option("--wait-for-stage", help="accepted or completed.")] = "completed",
+    update_id: Annotated[str, typer.Option("--update-id", help="De-duplicates: the same id joins the first "
+                                           "update. Default: a new one.")] = "",
+    run_id: RunOpt = "",
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Give up waiting after this many seconds (the "
+                                             "update goes on).")] = 300.0,
+    server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+) -> None:
+    """Call an update handler of a running workflow and wait for it to be accepted or completed. Exits 1 when the
+    workflow rejects the update or its handler fails."""
+    stage = wait_for_stage.upper()
+    if stage not in ("ACCEPTED", "COMPLETED"):
+        err_console.print("[red]error:[/red] --wait-for-stage must be accepted or completed", highlight=False)
+        raise typer.Exit(2)
+    path = _wf_path(namespace, workflow_id, f"/updates/{urllib.parse.quote(name, safe='')}")
+    request = {"input": _values(inputs or []), "update_id": update_id, "run_id": run_id, "wait_stage": "ADMITTED"}
+    admitted = _run(lambda: _call(server, "POST", path, request))
+    sent_id = urllib.parse.quote(admitted["update_id"], safe="")
+    status_path = _wf_path(namespace, workflow_id, f"/updates/{sent_id}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        wait_ms = max(1, min(50_000, int((deadline - time.monotonic()) * 1000)))
+        query_string = urllib.parse.urlencode({"run_id": admitted["run_id"], "wait_stage": stage, "wait_ms": wait_ms})
+        status = _run(lambda: _call(server, "GET", f"{status_path}?{query_string}"))  # noqa: B023
+        reached = ("ACCEPTED", "COMPLETED").index(status["stage"]) >= ("ACCEPTED", "COMPLETED").index(stage) \
+            if status["stage"] != "ADMITTED" else False
+        if reached or status["run_closed"] or time.monotonic() >= deadline:
+            break
+    _show(status, output)
+    outcome = status.get("outcome") or {}
+    if "failure" in outcome or status["run_closed"]:
+        raise typer.Exit(1)
+    if not reached:
+        err_console.print(f"[yellow]still {status['stage']} after {timeout_s:.0f}s[/yellow]", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command()
 def query(
     workflow_id: Annotated[str, typer.Argument()], name: Annotated[str, typer.Argument(help="The query name.")],
     args: JsonArgs = None,

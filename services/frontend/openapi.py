@@ -47,6 +47,17 @@ _START = _obj({
 }, ["workflow_id", "workflow_type", "task_queue"])
 
 
+_STAGE = {"type": "string", "enum": ["ADMITTED", "ACCEPTED", "COMPLETED"]}
+_UPDATE = _obj({"input": _ANY_LIST, "update_id": {"type": "string", "description": "de-duplicates: the same id "
+                                                  "joins the first update (default: a new one)"},
+                "run_id": {"type": "string"}, "request_id": {"type": "string"}, "wait_stage": _STAGE,
+                "timeout_ms": {"type": "integer", "minimum": 1}})
+_UPDATE_NAMED = {**_UPDATE, "properties": {"name": {"type": "string"}, "input": _ANY_LIST,
+                                           "update_id": {"type": "string"}}, "required": ["name"]}
+_ADMITTED = _obj({"update_id": {"type": "string"}, "run_id": {"type": "string"}, "stage": _STAGE,
+                  "location": {"type": "string"}})
+
+
 # What a worker in any language reads first (schemas/README.md): where the topics are and how to reach them.
 _CLUSTER = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
     "kafka_bootstrap": {"type": "string", "description": "bootstrap servers, host:port,..."},
@@ -116,6 +127,36 @@ def spec() -> dict[str, Any]:
                                        "request_id": {"type": "string"}, "command_type": {"type": "string"},
                                        "outcome": {"type": "string", "enum": ["APPLIED", "REJECTED", "FAILED"]},
                                        "message": {"type": "string"}})}})}}}}),
+        one + "/updates/{name}": post(
+            "Call an update handler (Temporal's UpdateWorkflowExecution). wait_stage ADMITTED answers 200 once the "
+            "engine has it; ACCEPTED (default) or COMPLETED answer 303 See Other to GET .../updates/{update_id}, "
+            "which waits for that stage (curl -L, browsers and HTTP libraries follow it)",
+            _UPDATE, 400, 404, 409, 413, 429, 503, 504,
+            params=[_NS, _WF, {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            ok={"200": {"description": "Admitted (wait_stage ADMITTED)", "content": {JSON: {"schema": _ADMITTED}}},
+                "303": {"description": "Admitted: the Location waits for the stage asked for",
+                        "content": {JSON: {"schema": _ADMITTED}}}}),
+        one + "/update-with-start": post(
+            "Start the workflow unless it runs (id_conflict_policy USE_EXISTING, the default here, or FAIL) and "
+            "update it, in one command; answers as /updates/{name}",
+            {**_START, "properties": {**_START["properties"], "update": _UPDATE_NAMED, "wait_stage": _STAGE,
+                                      "timeout_ms": {"type": "integer", "minimum": 1}},
+             "required": ["workflow_type", "task_queue", "update"]},
+            400, 409, 413, 429, 503, 504,
+            ok={"200": {"description": "Admitted (wait_stage ADMITTED)", "content": {JSON: {"schema": _ADMITTED}}},
+                "303": {"description": "Admitted: the Location waits for the stage asked for"}}),
+        one + "/updates/{update_id}": get(
+            "Where an update stands: long-polls (wait_ms, max 60000) until wait_stage or until it cannot get there "
+            "(run_closed). A rejected update is COMPLETED with rejected and its failure. 404: never sent, or "
+            "forgotten before it was accepted (send it again with the same id)",
+            [_NS, _WF, _RUN, {"name": "update_id", "in": "path", "required": True, "schema": {"type": "string"}},
+             {"name": "wait_stage", "in": "query", "schema": _STAGE},
+             {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 60000}}],
+            400, 404, 503, ok={"200": {"description": "The update's stage and outcome", "content": {JSON: {
+                "schema": _obj({"update_id": {"type": "string"}, "run_id": {"type": "string"}, "stage": _STAGE,
+                                "outcome": {"type": "object", "nullable": True,
+                                            "description": "{result, payloads} or {failure}"},
+                                "rejected": {"type": "boolean"}, "run_closed": {"type": "boolean"}})}}}}),
         one + "/result": get("Wait for the run to close (long poll, follows continue-as-new)",
                              [_NS, _WF, _RUN, {"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}},
                               {"name": "follow", "in": "query", "schema": {"type": "boolean"}}], 400, 404, 503, 504),

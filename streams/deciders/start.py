@@ -44,6 +44,8 @@ def update_with_start(w: Writer, body: Record) -> Step:
                                             f"{conflict}")
     if not update["update_id"] or not update["name"]:
         return w.reject("INVALID_ARGUMENT", "an update needs update_id and name")
+    if start_body["parent"] is not None:
+        return w.reject("INVALID_ARGUMENT", "update-with-start comes from a client, never a parent's child start")
     current = w.workflow.current_run()
     retried = next((r for r in w.workflow.runs.values() if r.start_request_id == w.command["request_id"]), None)
     target = retried or (current if current is not None and current.open and conflict == "USE_EXISTING" else None)
