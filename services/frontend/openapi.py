@@ -127,9 +127,11 @@ def spec() -> dict[str, Any]:
             {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 60000},
              "description": "Long-poll: when the page would be empty and the run is open, wait this long for "
                             "new events"},
-            {"name": "filter", "in": "query", "schema": {"type": "string", "enum": ["all", "close"]},
+            {"name": "filter", "in": "query", "schema": {"type": "string", "enum": ["all", "close", "children"]},
              "description": "close: only the run's closing event (none while it is open), and wait_ms waits for "
-                            "the close rather than for any new event (Temporal's CLOSE_EVENT filter)"}],
+                            "the close rather than for any new event (Temporal's CLOSE_EVENT filter); children: "
+                            "only the child workflow events (initiated, start failed, started, and each child's "
+                            "outcome), page_size of them per page"}],
             400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         one + "/archived-history": get("A run's whole history from its S3 archive (the latest closed run unless "

@@ -31,6 +31,8 @@ LIST_PAGE_SIZE = 50
 HISTORY_PAGE_SIZE = 200  # rows per page of the history table; the API serves up to 1,000
 TIMELINE_BARS = 40  # a compact timeline: a run that fans out to hundreds of timers shows its first 40
 DOWNLOAD_PAGE_SIZE = 1000
+CHILD_EVENTS_PAGE = 1000  # child events read for the children table (about three per child)
+CHAIN_LIMIT = 20  # runs of a continue-as-new chain shown each way from the one on the page
 ACTIONS = ("signal", "query", "cancel", "terminate")
 
 API = web.AppKey("ui_api", ApiClient)
@@ -159,6 +161,68 @@ async def run_part(request: web.Request) -> web.Response:
         elif request.query.get("events") != str(run["next_event_id"]):
             response.headers["HX-Trigger"] = "ostinato-history-grew"
     return response
+
+
+async def children_part(request: web.Request) -> web.Response:
+    """Every child of the run, finished ones too, from its history's child events (state keeps only open ones)."""
+    api, base = request.app[API], _run_base(request)
+    params = {"filter": "children", "page_size": str(CHILD_EVENTS_PAGE)}
+    if request.query.get("run_id"):
+        params["run_id"] = request.query["run_id"]
+    page = await api.get(request, f"{base}/history", params)
+    if not page.ok:
+        return failed(request, page, "The children cannot be read")
+    return render(request, "parts/children.html", ns=request.match_info["namespace"],
+                  children=present.children(page.body["events"]), more=page.body["next_page_token"] != "")
+
+
+async def chain_part(request: web.Request) -> web.Response:
+    """The run's continue-as-new chain: up to CHAIN_LIMIT runs before it (each run's state names the one it
+    continued) and after it (each closing CONTINUED_AS_NEW event names the next run)."""
+    api, base = request.app[API], _run_base(request)
+    named = request.query.get("run_id", "")
+    state = await api.get(request, base, {"run_id": named} if named else None)
+    if not state.ok:
+        return failed(request, state, "The run's chain cannot be read")
+    run = state.body
+    (before, more_before), (after, more_after) = await asyncio.gather(_runs_before(request, run),
+                                                                      _runs_after(request, run))
+    return render(request, "parts/chain.html", ns=request.match_info["namespace"],
+                  wf=request.match_info["workflow_id"], runs=[*reversed(before), run, *after], current=run["run_id"],
+                  more_before=more_before, more_after=more_after, limit=CHAIN_LIMIT)
+
+
+async def _runs_before(request: web.Request, run: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The runs `run` continued from, nearest first, and why the walk stopped short (more, or gone) if it did."""
+    api, base, runs = request.app[API], _run_base(request), []
+    while run.get("continued_from_run_id"):
+        if len(runs) == CHAIN_LIMIT:
+            return runs, "more"
+        answer = await api.get(request, base, {"run_id": run["continued_from_run_id"]})
+        if not answer.ok:  # deleted after its retention (404), or unreadable now
+            return runs, "gone" if answer.status == 404 else answer.message
+        run = answer.body
+        runs.append(run)
+    return runs, ""
+
+
+async def _runs_after(request: web.Request, run: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The runs that continued `run`, nearest first, and why the walk stopped short if it did."""
+    api, base, runs = request.app[API], _run_base(request), []
+    while run.get("status") == "CONTINUED_AS_NEW":
+        if len(runs) == CHAIN_LIMIT:
+            return runs, "more"
+        closing = await api.get(request, f"{base}/history", {"run_id": run["run_id"], "filter": "close"})
+        events = closing.body.get("events") if closing.ok else None
+        following = ((events or [{}])[0].get("attributes") or {}).get("new_execution_run_id")
+        if not following:
+            return runs, closing.message if not closing.ok else ""
+        answer = await api.get(request, base, {"run_id": following})
+        if not answer.ok:
+            return runs, "gone" if answer.status == 404 else answer.message
+        run = answer.body
+        runs.append(run)
+    return runs, ""
 
 
 async def history_part(request: web.Request) -> web.Response:
@@ -303,6 +367,8 @@ def install(app: web.Application, api_url: str, *, auth_on: bool) -> None:
     router.add_get(PARTS + "/cluster", cluster_part)
     router.add_get(PARTS + "/namespaces/{namespace}/workflows", workflows_part)
     router.add_get(one, run_part)
+    router.add_get(one + "/children", children_part)
+    router.add_get(one + "/chain", chain_part)
     router.add_get(one + "/history", history_part)
     router.add_get(one + "/history.json", history_download)
     router.add_post(one + "/{action:" + "|".join(ACTIONS) + "}", action_part)
