@@ -335,13 +335,19 @@ async def namespaces_part(request: web.Request) -> web.Response:
 
 
 async def cluster_part(request: web.Request) -> web.Response:
+    """Settings, brokers, shards with their owners and processor lag, and the visibility lag. Brokers and lag come
+    from Kafka: when it does not answer, their sections say so and the rest still shows."""
     api = request.app[API]
-    cluster, owners = await asyncio.gather(api.get(request, "/api/v1/cluster"),
-                                           api.get(request, "/api/v1/cluster/owners"))
+    cluster, owners, brokers, lag = await asyncio.gather(
+        api.get(request, "/api/v1/cluster"), api.get(request, "/api/v1/cluster/owners"),
+        api.get(request, "/api/v1/cluster/brokers"), api.get(request, "/api/v1/cluster/lag"))
     for answer in (cluster, owners):
         if not answer.ok:
             return failed(request, answer, "The cluster cannot be described")
-    return render(request, "parts/cluster.html", cluster=cluster.body, owners=owners.body["owners"],
+    by_shard = {o["shard"]: o for o in owners.body["owners"]}
+    shard_lag = {s["shard"]: s for s in lag.body["processor"]["shards"]} if lag.ok else {}
+    shards = [(shard, by_shard.get(shard), shard_lag.get(shard)) for shard in range(cluster.body["shards"])]
+    return render(request, "parts/cluster.html", cluster=cluster.body, shards=shards, brokers=brokers, lag=lag,
                   now_ms=time.time_ns() // 1_000_000)
 
 

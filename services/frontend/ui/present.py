@@ -230,7 +230,8 @@ def children(events: list[dict[str, Any]]) -> list[Child]:
             child.closed_time_ms = at
         failure = attrs.get("failure")
         if isinstance(failure, dict):
-            child.detail = f"{failure.get('type') or failure.get('kind') or ''}: {failure.get('message', '')}".strip(": ")
+            named = failure.get("type") or failure.get("kind") or ""
+            child.detail = f"{named}: {failure.get('message', '')}".strip(": ")
         elif attrs.get("cause"):
             child.detail = str(attrs["cause"])
     return sorted(found.values(), key=lambda c: c.initiated_event_id)
