@@ -31,19 +31,25 @@ CONNECT_TIMEOUT_S = 1.0  # a broker that takes longer to accept a connection fro
 
 
 class _Cached:
-    """One figure computed at most once per CACHE_S; concurrent callers share the computation in flight."""
+    """One figure computed at most once per CACHE_S, a failure included (so a Kafka that does not answer is asked
+    once per CACHE_S, not once per request); concurrent callers share the computation in flight."""
 
     def __init__(self, compute: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         self._compute = compute
-        self._value: dict[str, Any] | None = None
+        self._value: dict[str, Any] | Exception | None = None
         self._at = 0.0
         self._lock = asyncio.Lock()
 
     async def get(self) -> dict[str, Any]:
         async with self._lock:
             if self._value is None or time.monotonic() - self._at >= CACHE_S:
-                self._value = await self._compute()  # raises on failure: nothing is cached then
+                try:
+                    self._value = await self._compute()
+                except (KafkaException, TimeoutError) as exc:
+                    self._value = exc
                 self._at = time.monotonic()
+            if isinstance(self._value, Exception):
+                raise self._value
             return self._value
 
 
