@@ -215,6 +215,13 @@ def test_a_run_lists_its_finished_children_with_their_status_and_links_to_them(
     workflow_id = start(served, "Household", [["dishes", "ironing", "laundry"]], "household")
     status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/result?timeout_ms=60000")
     assert status == 200 and outcome["status"] == "COMPLETED", outcome
+    history = f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/history?filter=children"
+    status, page_one = call(history + "&page_size=4")  # the API's filter: only child events, paged by their count
+    assert status == 200 and len(page_one["events"]) == 4 and page_one["next_page_token"], page_one
+    status, page_two = call(f"{history}&page_size=100&next_page_token={page_one['next_page_token']}")
+    kinds = [e["event_type"] for e in page_one["events"] + page_two["events"]]
+    assert status == 200 and page_two["next_page_token"] == "" and len(kinds) == 9, kinds
+    assert kinds.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 3 and "CHILD_WORKFLOW_EXECUTION_FAILED" in kinds
     page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")
     expect(page.locator("#run-status")).to_have_text("COMPLETED")
     rows = page.locator("#children tbody tr")

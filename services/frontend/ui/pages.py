@@ -154,12 +154,18 @@ async def run_part(request: web.Request) -> web.Response:
                       wf=request.match_info["workflow_id"], run=run, started=started, close=close,
                       close_attrs=(close or {}).get("attributes") or {},
                       failure_chain=present.failure_chain(((close or {}).get("attributes") or {}).get("failure")),
-                      now_ms=time.time_ns() // 1_000_000, named_run=named, pretty=present.pretty)
+                      now_ms=time.time_ns() // 1_000_000, named_run=named, pretty=present.pretty,
+                      children_mark=present.children_mark(run.get("children")))
     if request.query.get("polling"):  # the page watches a running run: its history table follows what happens
         if close is not None:
             response.headers["HX-Trigger"] = "ostinato-run-changed"
-        elif request.query.get("events") != str(run["next_event_id"]):
-            response.headers["HX-Trigger"] = "ostinato-history-grew"
+        else:
+            grew = request.query.get("events") != str(run["next_event_id"])
+            # The children table scans the whole history: reload it at once only when a child started or closed.
+            moved = request.query.get("children", "") != present.children_mark(run.get("children"))
+            triggers = ["ostinato-history-grew"] * grew + ["ostinato-children-changed"] * moved
+            if triggers:
+                response.headers["HX-Trigger"] = ", ".join(triggers)
     return response
 
 

@@ -205,6 +205,16 @@ class Child:
     detail: str = ""  # why it failed, or why it never started
 
 
+def children_mark(pending: Any) -> str:
+    """The run's open children (describe's `children`) as a short mark that changes when one is asked for, starts or
+    closes: the page reloads its children table (a scan of the whole history) at once then, and otherwise at most
+    every 10 s while the history grows (a child asked for and closed between two looks leaves the mark as it was)."""
+    if not isinstance(pending, list):
+        return ""
+    marks = (f"{c.get('initiated_event_id')}:{c.get('started_event_id')}" for c in pending if isinstance(c, dict))
+    return ",".join(marks)
+
+
 def children(events: list[dict[str, Any]]) -> list[Child]:
     """Every child of these (`filter=children`) events, in the order the parent started them, each with its latest
     status: an outcome event overrides its start; a child whose initiation is on an earlier page is still listed."""
