@@ -23,6 +23,7 @@ from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwrig
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import shard_for
 from ostinato.services.admin.cluster import init_cluster
+from ostinato.services.frontend.ui.pages import CHAIN_LIMIT
 from tests.browser.ui_app import NOBODY, QUEUE
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess, two_servers
@@ -265,6 +266,13 @@ def test_a_run_that_continued_as_new_twice_shows_its_chain_both_ways(served: Ser
     expect(page.locator("#chain-runs li").nth(1)).to_contain_text("(this run)")
     expect(page.locator("#run-status")).to_have_text("CONTINUED_AS_NEW")
     expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_CONTINUED_AS_NEW")
+
+    longer = start(served, "Relay", [0, CHAIN_LIMIT + 1], "long-relay")  # 22 runs: one more than the page walks
+    status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{longer}/result?timeout_ms=60000")
+    assert status == 200 and outcome["status"] == "COMPLETED", outcome
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{longer}")
+    expect(page.locator("#chain-runs li .status")).to_have_count(CHAIN_LIMIT + 1)
+    expect(page.locator("#chain-more-before")).to_contain_text("Older runs continue before these")
 
 
 def test_the_cluster_page_shows_the_broker_and_lag_figures(served: ServerProcess, page: Page) -> None:
