@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
+from ostinato.connectors.visibility_opensearch import OpenSearchVisibilityFeeder
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.kafka.clients import admin_client
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.keys import shard_for
+from ostinato.schemas.topics import Topic, topic_name
 from ostinato.services.admin.cluster import init_cluster
 from ostinato.services.admin.lag import partition_lags
 from ostinato.services.frontend import cluster_api
@@ -111,3 +115,30 @@ def test_lag_counts_from_the_partition_start_when_the_reader_never_committed() -
     rows = partition_lags({0: 7}, {0: 2, 1: 5}, {0: 10, 1: 9})
     assert [(r.partition, r.position, r.lag) for r in rows] == [(0, 7, 3), (1, None, 4)]
     assert partition_lags({0: 12}, {}, {0: 10})[0].lag == 0  # a position past a stale end is no lag
+
+
+def test_the_opensearch_feeder_tells_its_groups_committed_positions(kafka: KafkaCluster) -> None:
+    """Its positions are Kafka's (the group's committed offsets), so no OpenSearch is needed to read them."""
+    prefix = f"lago{uuid.uuid4().hex[:8]}"
+    init_cluster(kafka.bootstrap, prefix, shards=SHARDS)
+    feeder = OpenSearchVisibilityFeeder(kafka.bootstrap, prefix, None)  # type: ignore[arg-type] # never started
+    topic = topic_name(prefix, Topic.VISIBILITY)
+    assert _positions(feeder) == {0: -1, 1: -1}
+    request = ConsumerGroupTopicPartitions(feeder.group_id, [TopicPartition(topic, 1, 0)])
+    admin = admin_client(kafka.bootstrap)  # held while its futures are pending: a collected one cancels them
+    for future in admin.alter_consumer_group_offsets([request]).values():
+        future.result(30)
+    assert _positions(feeder) == {0: -1, 1: 0}
+
+
+def _positions(feeder: OpenSearchVisibilityFeeder) -> dict[int, int]:
+    """The positions, asked again while the group's coordinator is still being found (a fresh group's first
+    request can meet NOT_COORDINATOR: the lag endpoint answers 503 then)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return feeder.positions()
+        except KafkaException as exc:
+            if time.monotonic() > deadline or exc.args[0].code() != KafkaError.NOT_COORDINATOR:
+                raise
+            time.sleep(0.2)
