@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -58,24 +59,25 @@ class ClusterWatch:
 
     def __init__(self, bootstrap: str, prefix: str, shards: int) -> None:
         self.bootstrap, self.prefix, self.shards = bootstrap, prefix, shards
-        self._admin: AdminClient | None = None
-        self._feeder: Feeder | None = None
+        self.feeder: Feeder | None = None  # this server's visibility feeder, when it runs one
+        self._admin: AdminClient | None = None  # made on first use: an app built for its routes alone connects nowhere
+        self._admin_lock = threading.Lock()  # brokers and lag are read on two executor threads at once
         self._brokers: _Cached | None = None
         self._lag: _Cached | None = None
 
     def _client(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = admin_client(self.bootstrap)
-        return self._admin
+        with self._admin_lock:
+            if self._admin is None:
+                self._admin = admin_client(self.bootstrap)
+            return self._admin
 
     async def brokers(self) -> dict[str, Any]:
         if self._brokers is None:
             self._brokers = _Cached(self._read_brokers)
         return await self._brokers.get()
 
-    async def lag(self, feeder: Feeder | None) -> dict[str, Any]:
-        """Each shard's processor lag, and the lag of `feeder` (this server's visibility store) when there is one."""
-        self._feeder = feeder
+    async def lag(self) -> dict[str, Any]:
+        """Each shard's processor lag, and the lag of this server's visibility store when it runs one."""
         if self._lag is None:
             self._lag = _Cached(self._read_lag)
         return await self._lag.get()
@@ -88,7 +90,7 @@ class ClusterWatch:
                 "brokers": [{**asdict(b), "reachable": ok} for b, ok in zip(found, reachable, strict=True)]}
 
     async def _read_lag(self) -> dict[str, Any]:
-        loop, feeder = asyncio.get_running_loop(), self._feeder
+        loop, feeder = asyncio.get_running_loop(), self.feeder
         shards = await loop.run_in_executor(None, self._processor_lags)
         visibility = None
         if feeder is not None:
@@ -145,13 +147,18 @@ async def get_brokers(request: web.Request) -> web.Response:
 
 
 async def get_lag(request: web.Request) -> web.Response:
-    try:  # the feeder is installed with the visibility API (absent in an API-only app)
-        return web.json_response(await request.app[WATCH].lag(request.app.get(FEEDER)))
+    try:
+        return web.json_response(await request.app[WATCH].lag())
     except (KafkaException, TimeoutError) as exc:
         return _kafka_unavailable(exc)
 
 
 def install(app: web.Application, bootstrap: str, prefix: str, shards: int) -> None:
-    app[WATCH] = ClusterWatch(bootstrap, prefix, shards)
+    watch = app[WATCH] = ClusterWatch(bootstrap, prefix, shards)
+
+    async def find_feeder(app: web.Application) -> None:
+        watch.feeder = app.get(FEEDER)  # installed with the visibility API, after this (absent in an API-only app)
+
+    app.on_startup.insert(0, find_feeder)
     app.router.add_get("/api/v1/cluster/brokers", get_brokers)
     app.router.add_get("/api/v1/cluster/lag", get_lag)
