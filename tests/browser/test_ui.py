@@ -241,6 +241,22 @@ def test_a_run_lists_its_finished_children_with_their_status_and_links_to_them(
     expect(page.get_by_role("link", name=workflow_id, exact=True)).to_be_visible()  # the parent, linked back
 
 
+def test_a_running_parent_shows_its_child_finish_while_it_runs_on(served: ServerProcess, page: Page) -> None:
+    workflow_id = start(served, "Nursery", [], "nursery")
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")
+    row = page.locator("#children tbody tr")
+    expect(row.locator(".status")).to_have_text("RUNNING")
+    expect(page.locator("#pending-children")).to_contain_text(f"{workflow_id}-parcel")
+    assert call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}-parcel/signal", "POST",
+                {"signal_name": "deliver", "input": ["the porch"]})[0] == 200
+    expect(row.locator(".status")).to_have_text("COMPLETED")  # the page follows the child's close by itself
+    expect(page.locator("#pending-children")).to_have_count(0)
+    expect(page.locator("#run-status")).to_have_text("RUNNING")  # the parent runs on
+    assert call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/signal", "POST",
+                {"signal_name": "close"})[0] == 200
+    expect(page.locator("#run-status")).to_have_text("COMPLETED")
+
+
 def test_a_run_that_continued_as_new_twice_shows_its_chain_both_ways(served: ServerProcess, page: Page) -> None:
     workflow_id = start(served, "Relay", [0, 2], "relay")
     status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/result?timeout_ms=60000")

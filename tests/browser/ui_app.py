@@ -66,6 +66,25 @@ class Household:
 
 
 @workflow.defn
+class Nursery:
+    """Waits for its one child, a parcel, then for a `close` signal: it runs on after its child finished."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    @workflow.signal
+    def close(self) -> None:
+        self.closing = True
+
+    @workflow.run
+    async def run(self) -> str:
+        delivered = await workflow.execute_child_workflow(Parcel.run, {"id": "child"},
+                                                          id=f"{workflow.info().workflow_id}-parcel")
+        await workflow.wait_condition(lambda: self.closing)
+        return str(delivered["delivered_to"])
+
+
+@workflow.defn
 class Relay:
     @workflow.run
     async def run(self, leg: int, last: int) -> int:
@@ -74,5 +93,5 @@ class Relay:
         return leg
 
 
-worker = {"task_queue": QUEUE, "workflows": [Parcel, Chore, Household, Relay], "activities": [weigh]}
-WORKFLOWS = [Parcel, Chore, Household, Relay]
+worker = {"task_queue": QUEUE, "workflows": [Parcel, Chore, Household, Nursery, Relay], "activities": [weigh]}
+WORKFLOWS = [Parcel, Chore, Household, Nursery, Relay]
