@@ -274,6 +274,8 @@ class OpenSearchVisibilityFeeder:
     retries the same batch; nothing is committed meanwhile, so a crash then re-reads rather than loses.
     """
 
+    kind = "opensearch"  # the store it feeds (the cluster page names it)
+
     def __init__(self, bootstrap: str, prefix: str, store: OpenSearchVisibilityStore, *,
                  group_id: str | None = None, batch_size: int = 500, poll_timeout: float = 0.2,
                  max_backoff: float = 5.0) -> None:
@@ -394,6 +396,15 @@ class OpenSearchVisibilityFeeder:
                 TopicPartition(self.topic, p), timeout=timeout, cached=False))
             total += max(0, high - max(low, committed.get(p, low)))
         return total
+
+    def positions(self, timeout: float = 5.0) -> dict[int, int]:
+        """The next offset the store will index, per partition of the topic (-1 where the group never committed).
+
+        Raises:
+            KafkaException: the broker did not answer within `timeout`.
+        """
+        committed = self._committed(timeout)
+        return {p: committed.get(p, -1) for p in self._known_partitions(timeout)}
 
     def _ends(self, timeout: float) -> dict[int, int]:
         return {p: self._probe_call(lambda c, p=p: c.get_watermark_offsets(  # type: ignore[misc]

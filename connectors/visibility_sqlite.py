@@ -424,6 +424,8 @@ class SqliteVisibilityFeeder:
     one SQLite transaction, so a restart resumes exactly where the store stands.
     """
 
+    kind = "sqlite"  # the store it feeds (the cluster page names it)
+
     def __init__(self, bootstrap: str, prefix: str, store: SqliteVisibilityStore, *,
                  client_id: str = "", batch_size: int = 500, poll_timeout: float = 0.2) -> None:
         self.topic = f"{prefix}.visibility"
@@ -499,6 +501,12 @@ class SqliteVisibilityFeeder:
         with self._progress:
             self._positions.update(offsets)
             self._progress.notify_all()
+
+    def positions(self, timeout: float = 5.0) -> dict[int, int]:
+        """The next offset the store will apply, per partition of the topic (read from memory: `timeout` is unused,
+        there for the OpenSearch feeder's signature). Empty before `start`."""
+        with self._progress:
+            return {p: self._positions.get(p, 0) for p in self._partitions}
 
     def wait_caught_up(self, timeout: float = 30.0) -> bool:
         """Wait until the store reflects every record committed to the topic before the call; False on timeout.

@@ -24,6 +24,7 @@ from ostinato.services.admin.archival import add_routes as add_archive_routes
 from ostinato.services.admin.cluster import ClusterError, read_settings
 from ostinato.services.admin.ownership import DEFAULT_NAMESPACE, OwnershipTable
 from ostinato.services.frontend.auth import Auth
+from ostinato.services.frontend.cluster_api import install as install_cluster_api
 from ostinato.services.frontend.http import MAX_BODY_BYTES, size_refusals
 from ostinato.services.frontend.openapi import install as install_openapi
 from ostinato.services.frontend.reads import ReadContext, add_routes
@@ -82,6 +83,7 @@ def create_app(ctx: ServerContext, reads: ReadContext | None = None,
     app[_REGISTRY] = registry
     app[_KAFKA_SECURITY] = public_security(security_config())
     app.router.add_get("/api/v1/cluster", get_cluster)
+    install_cluster_api(app, ctx.bootstrap, ctx.settings.topic_prefix, ctx.settings.shards)  # brokers and lag
     app.router.add_get("/metrics", get_metrics)
     add_routes(app, reads or ReadContext(ctx.settings.shards, None, None, frozenset()))
     relay = reads.relay if reads is not None else None

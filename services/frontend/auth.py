@@ -20,7 +20,8 @@ from aiohttp import web
 from ostinato.services.frontend.http import error
 
 ROLES = ("reader", "writer", "admin")
-OPEN_PATHS = ("/api/v1/cluster", "/api/v1/cluster/owners", "/api/v1/openapi.json", "/metrics", "/")
+OPEN_PATHS = ("/api/v1/cluster", "/api/v1/cluster/owners", "/api/v1/cluster/brokers", "/api/v1/cluster/lag",
+              "/api/v1/openapi.json", "/metrics", "/")
 OPEN_PREFIXES = ("/ui/",)  # the web UI's pages and static files: a browser cannot send a bearer token on navigation
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

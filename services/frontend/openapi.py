@@ -70,6 +70,32 @@ _CLUSTER = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
 }, ["kafka_bootstrap", "kafka_security", "topic_prefix", "shards", "replication_factor", "reply_partitions",
     "server_version"])}}}}
 
+_INT = {"type": "integer"}
+_LAG_ROW = {"position": {"type": "integer", "nullable": True,
+                         "description": "the next offset the reader will read; null when it never committed one"},
+            "start": _INT, "end": {"type": "integer", "description": "the last stable offset (read_committed)"},
+            "lag": {"type": "integer", "minimum": 0,
+                    "description": "offsets between the reader and the end (transaction markers count)"}}
+_BROKERS = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
+    "cluster_id": {"type": "string", "nullable": True}, "bootstrap": {"type": "string"},
+    "measured_at_ms": _INT,
+    "brokers": {"type": "array", "items": _obj({
+        "node_id": _INT, "host": {"type": "string"}, "port": _INT, "controller": {"type": "boolean"},
+        "reachable": {"type": "boolean", "description": "this server opened a TCP connection to it just now"}},
+        ["node_id", "host", "port", "controller", "reachable"])},
+}, ["cluster_id", "bootstrap", "measured_at_ms", "brokers"])}}}}
+_LAG = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
+    "measured_at_ms": _INT,
+    "processor": _obj({"group": {"type": "string"}, "topic": {"type": "string"}, "lag": _INT,
+                       "shards": {"type": "array", "items": _obj({"shard": _INT, **_LAG_ROW},
+                                                                 ["shard", "position", "start", "end", "lag"])}},
+                      ["group", "topic", "lag", "shards"]),
+    "visibility": {**_obj({"store": {"type": "string", "enum": ["sqlite", "opensearch"]}, "lag": _INT,
+                           "partitions": {"type": "array", "items": _obj(
+                               {"partition": _INT, **_LAG_ROW}, ["partition", "position", "start", "end", "lag"])}},
+                          ["store", "lag", "partitions"]), "nullable": True},
+}, ["measured_at_ms", "processor", "visibility"])}}}}
+
 
 def spec() -> dict[str, Any]:
     base = "/api/v1/namespaces/{namespace}/workflows"
@@ -89,6 +115,12 @@ def spec() -> dict[str, Any]:
     paths = {
         "/api/v1/cluster": get("Kafka bootstrap, topic prefix and shard count, for workers", [], ok=_CLUSTER),
         "/api/v1/cluster/owners": get("Which process owns which shard", []),
+        "/api/v1/cluster/brokers": get("The brokers the cluster's metadata lists, the controller, and whether this "
+                                       "server reaches each (cached for 2 s)", [], 503, ok=_BROKERS),
+        "/api/v1/cluster/lag": get("Processor lag per shard (its consumer group's committed offsets on the commands "
+                                   "topic against each partition's end) and the lag of this server's visibility "
+                                   "store behind the visibility topic, in offsets (cached for 2 s)", [], 503,
+                                   ok=_LAG),
         "/api/v1/openapi.json": get("This document", []),
         "/api/v1/commands": {"post": {
             "summary": "SDK path: a single-object Avro Command in, the Reply the engine wrote out",
@@ -168,9 +200,11 @@ def spec() -> dict[str, Any]:
             {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 60000},
              "description": "Long-poll: when the page would be empty and the run is open, wait this long for "
                             "new events"},
-            {"name": "filter", "in": "query", "schema": {"type": "string", "enum": ["all", "close"]},
+            {"name": "filter", "in": "query", "schema": {"type": "string", "enum": ["all", "close", "children"]},
              "description": "close: only the run's closing event (none while it is open), and wait_ms waits for "
-                            "the close rather than for any new event (Temporal's CLOSE_EVENT filter)"}],
+                            "the close rather than for any new event (Temporal's CLOSE_EVENT filter); children: "
+                            "only the child workflow events (initiated, start failed, started, and each child's "
+                            "outcome), page_size of them per page"}],
             400, 404, 503),
         one + "/pending": get("What a run waits for", [_NS, _WF, _RUN], 404, 503),
         one + "/archived-history": get("A run's whole history from its S3 archive (the latest closed run unless "

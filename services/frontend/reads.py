@@ -33,6 +33,12 @@ HOP = "owner_hop"
 MAX_WAIT_S = 60.0  # history long-polls (`wait_ms`) hold a request at most this long
 AVRO = "avro"  # ?format=avro: the records as stored (single-object Avro), for SDKs; the default is JSON
 STATE_CONTENT_TYPE = "application/vnd.ostinato.state+avro"
+FILTERS = ("all", "close", "children")
+# `filter=children`: the events that tell a run's children, started or not, open or closed.
+CHILD_EVENTS = frozenset({
+    "START_CHILD_WORKFLOW_EXECUTION_INITIATED", "START_CHILD_WORKFLOW_EXECUTION_FAILED",
+    "CHILD_WORKFLOW_EXECUTION_STARTED", "CHILD_WORKFLOW_EXECUTION_COMPLETED", "CHILD_WORKFLOW_EXECUTION_FAILED",
+    "CHILD_WORKFLOW_EXECUTION_CANCELED", "CHILD_WORKFLOW_EXECUTION_TIMED_OUT", "CHILD_WORKFLOW_EXECUTION_TERMINATED"})
 
 
 class StoreSource(Protocol):
@@ -180,8 +186,8 @@ async def history(request: web.Request) -> web.Response:
         return error(400, "invalid_argument", f"page_size must be in [1, {MAX_PAGE_SIZE}], the token positive and "
                      f"wait_ms in [0, {int(MAX_WAIT_S * 1000)}]")
     event_filter = request.query.get("filter", "all")
-    if event_filter not in ("all", "close"):
-        return error(400, "invalid_argument", f"filter must be all or close, not {event_filter!r}")
+    if event_filter not in FILTERS:
+        return error(400, "invalid_argument", f"filter must be one of {', '.join(FILTERS)}, not {event_filter!r}")
     found = _run_state(request)
     if isinstance(found, web.Response):
         return found
@@ -198,9 +204,12 @@ async def history(request: web.Request) -> web.Response:
         closing = closing_event(store, ns, wf, run_id, state)  # Temporal's CLOSE_EVENT filter
         return web.json_response({"run_id": run_id, "events": [] if closing is None else [_event_out(closing, raw)],
                                   "next_page_token": ""})
+    if event_filter == "children":
+        events, token = _child_events(store, ns, wf, run_id, first, size, raw)
+        return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
     prefix = (run_key(ns, wf, run_id) + "/").encode()
     start = history_key(ns, wf, run_id, first).encode()
-    events: list[Any] = []
+    events = []
     token = ""
     for _, value in store.scan(Family.HISTORY, start=start, prefix=prefix):
         if len(events) == size:
@@ -208,6 +217,22 @@ async def history(request: web.Request) -> web.Response:
             break
         events.append(_event_out(value, raw))
     return web.json_response({"run_id": run_id, "events": events, "next_page_token": token})
+
+
+def _child_events(store: ShardStore, ns: str, wf: str, run_id: str, first: int, size: int,
+                  raw: bool) -> tuple[list[Any], str]:
+    """Up to `size` of the run's child workflow events from event `first` on, and the token of the next one (the
+    scan decodes every event on its way: a 10,000-event history takes a few tens of milliseconds)."""
+    prefix = (run_key(ns, wf, run_id) + "/").encode()
+    events: list[Any] = []
+    for _, value in store.scan(Family.HISTORY, start=history_key(ns, wf, run_id, first).encode(), prefix=prefix):
+        event = codec.decode(value)[1]
+        if event["event_type"] not in CHILD_EVENTS:
+            continue
+        if len(events) == size:
+            return events, str(event["event_id"])
+        events.append(_event_out(value, raw) if raw else jsonable(event))
+    return events, ""
 
 
 def _still_here(request: web.Request, store: ShardStore) -> bool:

@@ -35,12 +35,19 @@ class VisibilityStore(Protocol):
 
 
 class Feeder(Protocol):
+    kind: str
+
     def start(self, timeout: float = 30.0) -> None: ...
 
     def stop(self, timeout: float = 10.0) -> None: ...
 
+    def positions(self, timeout: float = 5.0) -> dict[int, int]:
+        """The next offset of `<prefix>.visibility` the store will apply, per partition (-1: not known)."""
+        ...
+
 
 STORE = web.AppKey("visibility", VisibilityStore)
+FEEDER = web.AppKey("visibility_feeder", Feeder)  # read by the cluster's lag figures (`cluster_api.py`)
 
 
 def opensearch_index(prefix: str) -> str:
@@ -115,6 +122,7 @@ def install(app: web.Application, bootstrap: str, prefix: str, path: Path, opens
         store = SqliteVisibilityStore(path)
         feeder = SqliteVisibilityFeeder(bootstrap, prefix, store)
     app[STORE] = store
+    app[FEEDER] = feeder
 
     async def started(app: web.Application) -> None:
         await asyncio.get_running_loop().run_in_executor(None, feeder.start)

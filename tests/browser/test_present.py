@@ -57,3 +57,39 @@ def test_an_event_summary_is_one_line_of_its_telling_attributes() -> None:
     event = {"event_id": 1, "event_time_ms": 1, "event_type": "WORKFLOW_EXECUTION_SIGNALED",
              "attributes": {"@type": "x", "signal_name": "deliver", "input": [_payload("dock 7")], "identity": "w"}}
     assert present.event_summary(event) == 'signal_name=deliver  input=["dock 7"]'
+
+
+def _child_event(event_id: int, event_type: str, **attrs: Any) -> dict[str, Any]:
+    return {"event_id": event_id, "event_time_ms": 1000 + event_id, "event_type": event_type, "attributes": attrs}
+
+
+def test_children_come_from_the_history_each_with_its_latest_status() -> None:
+    run = {"workflow_id": "kid-1", "run_id": "r1"}
+    events = [
+        _child_event(5, "START_CHILD_WORKFLOW_EXECUTION_INITIATED", namespace="default", workflow_id="kid-1",
+                     workflow_type="Chore"),
+        _child_event(6, "START_CHILD_WORKFLOW_EXECUTION_INITIATED", namespace="default", workflow_id="kid-2",
+                     workflow_type="Chore"),
+        _child_event(7, "CHILD_WORKFLOW_EXECUTION_STARTED", namespace="default", initiated_event_id=5,
+                     workflow_execution=run, workflow_type="Chore"),
+        _child_event(8, "START_CHILD_WORKFLOW_EXECUTION_FAILED", namespace="default", workflow_id="kid-2",
+                     workflow_type="Chore", cause="WORKFLOW_ALREADY_EXISTS", initiated_event_id=6),
+        _child_event(9, "CHILD_WORKFLOW_EXECUTION_FAILED", namespace="default", initiated_event_id=5,
+                     workflow_execution=run, workflow_type="Chore", failure={"type": "Broken", "message": "iron"}),
+        # a child asked for on an earlier page: listed from its outcome alone
+        _child_event(12, "CHILD_WORKFLOW_EXECUTION_COMPLETED", namespace="other", initiated_event_id=3,
+                     workflow_execution={"workflow_id": "kid-0", "run_id": "r0"}, workflow_type="Chore"),
+    ]
+    kids = present.children(events)
+    assert [(c.workflow_id, c.status, c.run_id, c.detail) for c in kids] == [
+        ("kid-0", "COMPLETED", "r0", ""), ("kid-1", "FAILED", "r1", "Broken: iron"),
+        ("kid-2", "START_FAILED", "", "WORKFLOW_ALREADY_EXISTS")]
+    assert kids[1].initiated_time_ms == 1005 and kids[1].closed_time_ms == 1009
+    assert present.children(events[:3])[0].status == "RUNNING" and present.children(events[:3])[1].status == "STARTING"
+
+
+def test_the_children_mark_changes_when_a_child_starts_or_closes() -> None:
+    asked = [{"initiated_event_id": 5, "started_event_id": 0}]
+    started = [{"initiated_event_id": 5, "started_event_id": 7}]
+    assert len({present.children_mark(asked), present.children_mark(started), present.children_mark([])}) == 3
+    assert present.children_mark(None) == ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -22,6 +23,7 @@ from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwrig
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import shard_for
 from ostinato.services.admin.cluster import init_cluster
+from ostinato.services.frontend.ui.pages import CHAIN_LIMIT
 from tests.browser.ui_app import NOBODY, QUEUE
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess, two_servers
@@ -199,6 +201,109 @@ def test_terminate_asks_first_and_shows_the_reason(served: ServerProcess, page: 
     expect(page.locator("#run-reason")).to_have_text("wrong address")
     status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/result?timeout_ms=5000")
     assert status == 200 and outcome["status"] == "TERMINATED" and outcome["reason"] == "wrong address"
+
+
+def start(server: ServerProcess, workflow_type: str, args: list[Any], prefix: str) -> str:
+    workflow_id = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    status, body = call(f"{server.url}/api/v1/namespaces/default/workflows", "POST", {
+        "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": QUEUE, "input": args})
+    assert status == 201, body
+    return workflow_id
+
+
+def test_a_run_lists_its_finished_children_with_their_status_and_links_to_them(
+        served: ServerProcess, page: Page) -> None:
+    workflow_id = start(served, "Household", [["dishes", "ironing", "laundry"]], "household")
+    status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/result?timeout_ms=60000")
+    assert status == 200 and outcome["status"] == "COMPLETED", outcome
+    history = f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/history?filter=children"
+    status, page_one = call(history + "&page_size=4")  # the API's filter: only child events, paged by their count
+    assert status == 200 and len(page_one["events"]) == 4 and page_one["next_page_token"], page_one
+    status, page_two = call(f"{history}&page_size=100&next_page_token={page_one['next_page_token']}")
+    kinds = [e["event_type"] for e in page_one["events"] + page_two["events"]]
+    assert status == 200 and page_two["next_page_token"] == "" and len(kinds) == 9, kinds
+    assert kinds.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 3 and "CHILD_WORKFLOW_EXECUTION_FAILED" in kinds
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")
+    expect(page.locator("#run-status")).to_have_text("COMPLETED")
+    rows = page.locator("#children tbody tr")
+    expect(rows).to_have_count(3)
+    for n, (chore, state) in enumerate((("dishes", "COMPLETED"), ("ironing", "FAILED"), ("laundry", "COMPLETED"))):
+        expect(rows.nth(n)).to_contain_text(f"{workflow_id}-{chore}")
+        expect(rows.nth(n).locator(".status")).to_have_text(state)
+        expect(rows.nth(n)).to_contain_text("Chore")
+    expect(rows.nth(1)).to_contain_text("the iron is broken")
+    expect(page.locator("#pending-children")).to_have_count(0)  # nothing of them is pending any more
+    page.screenshot(path=str(SCREENSHOTS / "run-children.png"), full_page=True)
+
+    page.get_by_role("link", name=f"{workflow_id}-ironing").click()
+    expect(page).to_have_url(re.compile(rf"/workflows/{workflow_id}-ironing\?run_id=.+"))
+    expect(page.locator("#run-status")).to_have_text("FAILED")
+    expect(page.get_by_role("link", name=workflow_id, exact=True)).to_be_visible()  # the parent, linked back
+
+
+def test_a_running_parent_shows_its_child_finish_while_it_runs_on(served: ServerProcess, page: Page) -> None:
+    workflow_id = start(served, "Nursery", [], "nursery")
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")
+    row = page.locator("#children tbody tr")
+    expect(row.locator(".status")).to_have_text("RUNNING")
+    expect(page.locator("#pending-children")).to_contain_text(f"{workflow_id}-parcel")
+    assert call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}-parcel/signal", "POST",
+                {"signal_name": "deliver", "input": ["the porch"]})[0] == 200
+    expect(row.locator(".status")).to_have_text("COMPLETED")  # the page follows the child's close by itself
+    expect(page.locator("#pending-children")).to_have_count(0)
+    expect(page.locator("#run-status")).to_have_text("RUNNING")  # the parent runs on
+    assert call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/signal", "POST",
+                {"signal_name": "close"})[0] == 200
+    expect(page.locator("#run-status")).to_have_text("COMPLETED")
+
+
+def test_a_run_that_continued_as_new_twice_shows_its_chain_both_ways(served: ServerProcess, page: Page) -> None:
+    workflow_id = start(served, "Relay", [0, 2], "relay")
+    status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{workflow_id}/result?timeout_ms=60000")
+    assert status == 200 and outcome["status"] == "COMPLETED", outcome
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")  # the current run: the last leg
+    expect(page.locator("#run-status")).to_have_text("COMPLETED")
+    chain = page.locator("#chain-runs li")
+    expect(chain).to_have_count(3)
+    expect(chain.nth(0).locator(".status")).to_have_text("CONTINUED_AS_NEW")
+    expect(chain.nth(1).locator(".status")).to_have_text("CONTINUED_AS_NEW")
+    expect(chain.nth(2)).to_contain_text("(this run)")
+    expect(chain.nth(2).locator(".status")).to_have_text("COMPLETED")
+    page.screenshot(path=str(SCREENSHOTS / "run-chain.png"), full_page=True)
+
+    first_run = chain.nth(0).locator("a").inner_text()
+    chain.nth(0).locator("a").click()  # the first run: the chain now runs on after it
+    expect(page).to_have_url(re.compile(rf"run_id={first_run}$"))
+    expect(page.locator("#run-status")).to_have_text("CONTINUED_AS_NEW")
+    expect(page.locator("#chain-runs li").nth(0)).to_contain_text("(this run)")
+    expect(page.locator("#chain-runs li")).to_have_count(3)
+    expect(page.locator("#chain-runs li").nth(2).locator(".status")).to_have_text("COMPLETED")
+    page.locator("#chain-runs li").nth(1).locator("a").click()  # the middle leg: one run each way
+    expect(page.locator("#chain-runs li").nth(1)).to_contain_text("(this run)")
+    expect(page.locator("#run-status")).to_have_text("CONTINUED_AS_NEW")
+    expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_CONTINUED_AS_NEW")
+
+    longer = start(served, "Relay", [0, CHAIN_LIMIT + 1], "long-relay")  # 22 runs: one more than the page walks
+    status, outcome = call(f"{served.url}/api/v1/namespaces/default/workflows/{longer}/result?timeout_ms=60000")
+    assert status == 200 and outcome["status"] == "COMPLETED", outcome
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{longer}")
+    expect(page.locator("#chain-runs li .status")).to_have_count(CHAIN_LIMIT + 1)
+    expect(page.locator("#chain-more-before")).to_contain_text("Older runs continue before these")
+
+
+def test_the_cluster_page_shows_the_broker_and_lag_figures(served: ServerProcess, page: Page) -> None:
+    page.goto(f"{served.url}/ui/cluster")
+    host, port = served.bootstrap.split(",")[0].rsplit(":", 1)
+    broker = page.locator("#brokers tbody tr")
+    expect(broker).to_have_count(1)
+    expect(broker).to_contain_text(f"{host}:{port}")
+    expect(broker).to_contain_text("controller")
+    expect(broker.locator("td").nth(3)).to_have_text("yes")
+    for shard in range(SHARDS):
+        expect(page.locator(f"#owners tr[data-shard='{shard}'] td.lag")).to_have_text(re.compile(r"^\d+$"))
+    expect(page.locator("#visibility-lag")).to_contain_text(re.compile(r"SQLite visibility store is \d+ offsets? "
+                                                                       r"behind"))
+    expect(page.locator("#visibility-partitions tbody tr")).to_have_count(SHARDS)
 
 
 def test_task_queue_namespaces_and_cluster_pages(served: ServerProcess, page: Page) -> None:

@@ -58,7 +58,7 @@ def test_the_list_part_and_page(server: ServerProcess, query: str, status: str, 
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(wf=TEXT, run_id=TEXT, token=TEXT, what=st.sampled_from(["", "/history", "/history.json"]))
+@given(wf=TEXT, run_id=TEXT, token=TEXT, what=st.sampled_from(["", "/history", "/history.json", "/children", "/chain"]))
 def test_the_run_parts(server: ServerProcess, wf: str, run_id: str, token: str, what: str) -> None:
     params = urllib.parse.urlencode({"run_id": run_id, "next_page_token": token})
     assert status_of(f"{server.url}/ui-parts/namespaces/default/workflows/{seg(wf)}{what}?{params}") < 500

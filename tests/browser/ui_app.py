@@ -1,7 +1,9 @@
 """The application the web UI's browser tests look at: `ostinato worker tests.browser.ui_app:worker`.
 
 A parcel waits for a `deliver` signal while its `weigh` activity sits scheduled on a queue no worker serves, so a
-run always has a pending activity to show until it is delivered."""
+run always has a pending activity to show until it is delivered. A household runs chores as child workflows (one
+of them fails), so its run has finished children to list; a relay continues as new until its leg reaches the end,
+so its runs form a chain."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from ostinato import activity, workflow
+from ostinato.exceptions import ApplicationError, ChildWorkflowError
 
 QUEUE = "ui-q"
 NOBODY = "ui-nobody"  # no worker polls this queue: the activity stays pending
@@ -39,5 +42,56 @@ class Parcel:
         return {"order": order.get("id"), "delivered_to": self.delivered_to}
 
 
-worker = {"task_queue": QUEUE, "workflows": [Parcel], "activities": [weigh]}
-WORKFLOWS = [Parcel]
+@workflow.defn
+class Chore:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        if name == "ironing":
+            raise ApplicationError("the iron is broken", type="Broken", non_retryable=True)
+        return f"{name} done"
+
+
+@workflow.defn
+class Household:
+    @workflow.run
+    async def run(self, chores: list[str]) -> list[str]:
+        done = []
+        for chore in chores:
+            try:
+                done.append(await workflow.execute_child_workflow(Chore.run, chore,
+                                                                  id=f"{workflow.info().workflow_id}-{chore}"))
+            except ChildWorkflowError:
+                done.append(f"{chore} failed")
+        return done
+
+
+@workflow.defn
+class Nursery:
+    """Waits for its one child, a parcel, then for a `close` signal: it runs on after its child finished."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    @workflow.signal
+    def close(self) -> None:
+        self.closing = True
+
+    @workflow.run
+    async def run(self) -> str:
+        delivered = await workflow.execute_child_workflow(Parcel.run, {"id": "child"},
+                                                          id=f"{workflow.info().workflow_id}-parcel")
+        await workflow.wait_condition(lambda: self.closing)
+        return str(delivered["delivered_to"])
+
+
+@workflow.defn
+class Relay:
+    @workflow.run
+    async def run(self, leg: int, last: int) -> int:
+        if leg < last:
+            workflow.continue_as_new(leg + 1, last)
+        return leg
+
+
+worker = {"task_queue": QUEUE, "workflows": [Parcel, Chore, Household, Nursery, Relay], "activities": [weigh]}
+WORKFLOWS = [Parcel, Chore, Household, Nursery, Relay]

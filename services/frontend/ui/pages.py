@@ -31,6 +31,8 @@ LIST_PAGE_SIZE = 50
 HISTORY_PAGE_SIZE = 200  # rows per page of the history table; the API serves up to 1,000
 TIMELINE_BARS = 40  # a compact timeline: a run that fans out to hundreds of timers shows its first 40
 DOWNLOAD_PAGE_SIZE = 1000
+CHILD_EVENTS_PAGE = 1000  # child events read for the children table (about three per child)
+CHAIN_LIMIT = 20  # runs of a continue-as-new chain shown each way from the one on the page
 ACTIONS = ("signal", "query", "cancel", "terminate")
 
 API = web.AppKey("ui_api", ApiClient)
@@ -152,13 +154,81 @@ async def run_part(request: web.Request) -> web.Response:
                       wf=request.match_info["workflow_id"], run=run, started=started, close=close,
                       close_attrs=(close or {}).get("attributes") or {},
                       failure_chain=present.failure_chain(((close or {}).get("attributes") or {}).get("failure")),
-                      now_ms=time.time_ns() // 1_000_000, named_run=named, pretty=present.pretty)
+                      now_ms=time.time_ns() // 1_000_000, named_run=named, pretty=present.pretty,
+                      children_mark=present.children_mark(run.get("children")))
     if request.query.get("polling"):  # the page watches a running run: its history table follows what happens
         if close is not None:
             response.headers["HX-Trigger"] = "ostinato-run-changed"
-        elif request.query.get("events") != str(run["next_event_id"]):
-            response.headers["HX-Trigger"] = "ostinato-history-grew"
+        else:
+            grew = request.query.get("events") != str(run["next_event_id"])
+            # The children table scans the whole history: reload it at once only when a child started or closed.
+            moved = request.query.get("children", "") != present.children_mark(run.get("children"))
+            triggers = ["ostinato-history-grew"] * grew + ["ostinato-children-changed"] * moved
+            if triggers:
+                response.headers["HX-Trigger"] = ", ".join(triggers)
     return response
+
+
+async def children_part(request: web.Request) -> web.Response:
+    """Every child of the run, finished ones too, from its history's child events (state keeps only open ones)."""
+    api, base = request.app[API], _run_base(request)
+    params = {"filter": "children", "page_size": str(CHILD_EVENTS_PAGE)}
+    if request.query.get("run_id"):
+        params["run_id"] = request.query["run_id"]
+    page = await api.get(request, f"{base}/history", params)
+    if not page.ok:
+        return failed(request, page, "The children cannot be read")
+    return render(request, "parts/children.html", ns=request.match_info["namespace"],
+                  children=present.children(page.body["events"]), more=page.body["next_page_token"] != "")
+
+
+async def chain_part(request: web.Request) -> web.Response:
+    """The run's continue-as-new chain: up to CHAIN_LIMIT runs before it (each run's state names the one it
+    continued) and after it (each closing CONTINUED_AS_NEW event names the next run)."""
+    api, base = request.app[API], _run_base(request)
+    named = request.query.get("run_id", "")
+    state = await api.get(request, base, {"run_id": named} if named else None)
+    if not state.ok:
+        return failed(request, state, "The run's chain cannot be read")
+    run = state.body
+    (before, more_before), (after, more_after) = await asyncio.gather(_runs_before(request, run),
+                                                                      _runs_after(request, run))
+    return render(request, "parts/chain.html", ns=request.match_info["namespace"],
+                  wf=request.match_info["workflow_id"], runs=[*reversed(before), run, *after], current=run["run_id"],
+                  more_before=more_before, more_after=more_after, limit=CHAIN_LIMIT)
+
+
+async def _runs_before(request: web.Request, run: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The runs `run` continued from, nearest first, and why the walk stopped short (more, or gone) if it did."""
+    api, base, runs = request.app[API], _run_base(request), []
+    while run.get("continued_from_run_id"):
+        if len(runs) == CHAIN_LIMIT:
+            return runs, "more"
+        answer = await api.get(request, base, {"run_id": run["continued_from_run_id"]})
+        if not answer.ok:  # deleted after its retention (404), or unreadable now
+            return runs, "gone" if answer.status == 404 else answer.message
+        run = answer.body
+        runs.append(run)
+    return runs, ""
+
+
+async def _runs_after(request: web.Request, run: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The runs that continued `run`, nearest first, and why the walk stopped short if it did."""
+    api, base, runs = request.app[API], _run_base(request), []
+    while run.get("status") == "CONTINUED_AS_NEW":
+        if len(runs) == CHAIN_LIMIT:
+            return runs, "more"
+        closing = await api.get(request, f"{base}/history", {"run_id": run["run_id"], "filter": "close"})
+        events = closing.body.get("events") if closing.ok else None
+        following = ((events or [{}])[0].get("attributes") or {}).get("new_execution_run_id")
+        if not following:
+            return runs, closing.message if not closing.ok else ""
+        answer = await api.get(request, base, {"run_id": following})
+        if not answer.ok:
+            return runs, "gone" if answer.status == 404 else answer.message
+        run = answer.body
+        runs.append(run)
+    return runs, ""
 
 
 async def history_part(request: web.Request) -> web.Response:
@@ -271,13 +341,19 @@ async def namespaces_part(request: web.Request) -> web.Response:
 
 
 async def cluster_part(request: web.Request) -> web.Response:
+    """Settings, brokers, shards with their owners and processor lag, and the visibility lag. Brokers and lag come
+    from Kafka: when it does not answer, their sections say so and the rest still shows."""
     api = request.app[API]
-    cluster, owners = await asyncio.gather(api.get(request, "/api/v1/cluster"),
-                                           api.get(request, "/api/v1/cluster/owners"))
+    cluster, owners, brokers, lag = await asyncio.gather(
+        api.get(request, "/api/v1/cluster"), api.get(request, "/api/v1/cluster/owners"),
+        api.get(request, "/api/v1/cluster/brokers"), api.get(request, "/api/v1/cluster/lag"))
     for answer in (cluster, owners):
         if not answer.ok:
             return failed(request, answer, "The cluster cannot be described")
-    return render(request, "parts/cluster.html", cluster=cluster.body, owners=owners.body["owners"],
+    by_shard = {o["shard"]: o for o in owners.body["owners"]}
+    shard_lag = {s["shard"]: s for s in lag.body["processor"]["shards"]} if lag.ok else {}
+    shards = [(shard, by_shard.get(shard), shard_lag.get(shard)) for shard in range(cluster.body["shards"])]
+    return render(request, "parts/cluster.html", cluster=cluster.body, shards=shards, brokers=brokers, lag=lag,
                   now_ms=time.time_ns() // 1_000_000)
 
 
@@ -303,6 +379,8 @@ def install(app: web.Application, api_url: str, *, auth_on: bool) -> None:
     router.add_get(PARTS + "/cluster", cluster_part)
     router.add_get(PARTS + "/namespaces/{namespace}/workflows", workflows_part)
     router.add_get(one, run_part)
+    router.add_get(one + "/children", children_part)
+    router.add_get(one + "/chain", chain_part)
     router.add_get(one + "/history", history_part)
     router.add_get(one + "/history.json", history_download)
     router.add_post(one + "/{action:" + "|".join(ACTIONS) + "}", action_part)

@@ -181,3 +181,67 @@ def timeline(events: list[dict[str, Any]], now_ms: int) -> list[Bar]:
     return [Bar(label, kind, outcome, 100 * (start - first) / total, max(0.5, 100 * (end - start) / total),
                 f"{kind} {label}: {outcome}, {duration(end - start)}")
             for kind, label, outcome, start, end in sorted(spans, key=lambda s: s[3])]
+
+
+_CHILD_OUTCOMES = {"CHILD_WORKFLOW_EXECUTION_STARTED": "RUNNING", "CHILD_WORKFLOW_EXECUTION_COMPLETED": "COMPLETED",
+                   "CHILD_WORKFLOW_EXECUTION_FAILED": "FAILED", "CHILD_WORKFLOW_EXECUTION_CANCELED": "CANCELED",
+                   "CHILD_WORKFLOW_EXECUTION_TIMED_OUT": "TIMED_OUT",
+                   "CHILD_WORKFLOW_EXECUTION_TERMINATED": "TERMINATED",
+                   "START_CHILD_WORKFLOW_EXECUTION_FAILED": "START_FAILED"}
+
+
+@dataclass
+class Child:
+    """A child run as the parent's history tells it: asked for, started (its run id), and how it ended."""
+
+    initiated_event_id: int
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    run_id: str = ""
+    status: str = "STARTING"  # until the child's start is confirmed
+    initiated_time_ms: int = 0
+    closed_time_ms: int = 0
+    detail: str = ""  # why it failed, or why it never started
+
+
+def children_mark(pending: Any) -> str:
+    """The run's open children (describe's `children`) as a short mark that changes when one is asked for, starts or
+    closes: the page reloads its children table (a scan of the whole history) at once then, and otherwise at most
+    every 10 s while the history grows (a child asked for and closed between two looks leaves the mark as it was)."""
+    if not isinstance(pending, list):
+        return ""
+    marks = (f"{c.get('initiated_event_id')}:{c.get('started_event_id')}" for c in pending if isinstance(c, dict))
+    return ",".join(marks)
+
+
+def children(events: list[dict[str, Any]]) -> list[Child]:
+    """Every child of these (`filter=children`) events, in the order the parent started them, each with its latest
+    status: an outcome event overrides its start; a child whose initiation is on an earlier page is still listed."""
+    found: dict[int, Child] = {}
+    for event in events:
+        kind, attrs = event.get("event_type", ""), event.get("attributes") or {}
+        at = int(event.get("event_time_ms") or 0)
+        if kind == "START_CHILD_WORKFLOW_EXECUTION_INITIATED":
+            found[int(event["event_id"])] = Child(int(event["event_id"]), str(attrs.get("namespace", "")),
+                                                  str(attrs.get("workflow_id", "")),
+                                                  str(attrs.get("workflow_type", "")), initiated_time_ms=at)
+            continue
+        if kind not in _CHILD_OUTCOMES:
+            continue
+        initiated = int(attrs.get("initiated_event_id") or 0)
+        execution = attrs.get("workflow_execution") or {}
+        child = found.setdefault(initiated, Child(initiated, str(attrs.get("namespace", "")),
+                                                  str(execution.get("workflow_id") or attrs.get("workflow_id", "")),
+                                                  str(attrs.get("workflow_type", ""))))
+        child.status = _CHILD_OUTCOMES[kind]
+        child.run_id = str(execution.get("run_id") or child.run_id)
+        if child.status != "RUNNING":
+            child.closed_time_ms = at
+        failure = attrs.get("failure")
+        if isinstance(failure, dict):
+            named = failure.get("type") or failure.get("kind") or ""
+            child.detail = f"{named}: {failure.get('message', '')}".strip(": ")
+        elif attrs.get("cause"):
+            child.detail = str(attrs["cause"])
+    return sorted(found.values(), key=lambda c: c.initiated_event_id)
