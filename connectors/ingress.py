@@ -16,13 +16,14 @@ is short (`OSTINATO_TXN_TIMEOUT_MS`, 2 s, as the processors').
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ostinato.connectors.ingress_mapping import (
@@ -34,6 +35,8 @@ from ostinato.connectors.ingress_mapping import (
     translate,
 )
 from ostinato.connectors.outcomes import OutcomeSource, OutcomeStream, ensure_topic, outcome_counter
+from ostinato.connectors.registry_wait import RegistryWait
+from ostinato.connectors.schema_registry import RegistryUnavailable
 from ostinato.connectors.transactional import OPERATION_TIMEOUT_S, TransactionalLoop
 from ostinato.kafka.clients import admin_client
 from ostinato.schemas.cluster import ClusterSettings
@@ -54,6 +57,12 @@ class IngressMetrics:
                          "partitions).", ["mapping"], registry=registry)
         self.aborts = Counter("ostinato_ingress_aborts", "Ingress transactions aborted, by mapping.", ["mapping"],
                               registry=registry)
+        self.registry_retries = Counter(
+            "ostinato_ingress_registry_unavailable", "Batches taken back because the schema registry could not be "
+            "reached, by mapping (nothing is dead-lettered; the batch is retried with backoff).", ["mapping"],
+            registry=registry)
+        self.registry_waiting = Gauge("ostinato_ingress_registry_waiting", "1 while a mapping waits for its schema "
+                                      "registry to come back.", ["mapping"], registry=registry)
 
 
 class MappingRunner(TransactionalLoop):
@@ -70,6 +79,8 @@ class MappingRunner(TransactionalLoop):
         self.settings, self.mapping, self.metrics = settings, mapping, metrics
         self.namespace_known = namespace_known
         self.commands_topic = topic_name(prefix, Topic.COMMANDS)
+        self.registry_wait = RegistryWait(mapping.name, metrics.registry_retries.labels(mapping.name),
+                                          metrics.registry_waiting.labels(mapping.name), self._stop)
 
     def run(self) -> None:
         ensure_dead_letter_topic(self.bootstrap, self.mapping, self.settings.replication_factor)
@@ -90,6 +101,10 @@ class MappingRunner(TransactionalLoop):
                 if records:
                     try:
                         self._transaction(producer, consumer, records)
+                        self.registry_wait.succeeded()
+                    except RegistryUnavailable as exc:
+                        producer = self._take_back(producer, consumer, records)
+                        self.registry_wait.failed(exc, records[0].offset())
                     except KafkaException as exc:
                         self.metrics.aborts.labels(self.mapping.name).inc()
                         producer = self.recover(producer, consumer, exc)
@@ -99,6 +114,21 @@ class MappingRunner(TransactionalLoop):
         finally:
             consumer.close()
             producer.flush(5)
+
+    def _take_back(self, producer: Producer, consumer: KafkaConsumer, records: Sequence[Message]) -> Producer:
+        """Abort the open transaction and rewind to the batch's first records, so nothing is committed past a
+        record whose schema could not be fetched."""
+        try:
+            producer.abort_transaction(OPERATION_TIMEOUT_S)
+        except KafkaException as exc:
+            return self.recover(producer, consumer, exc)  # which rewinds to the committed offsets itself
+        firsts: dict[tuple[str, int], int] = {}
+        for msg in records:
+            firsts.setdefault((msg.topic(), msg.partition()), msg.offset())
+        for (topic, partition), offset in firsts.items():
+            with contextlib.suppress(KafkaException):  # revoked meanwhile: its next owner resumes from the commit
+                consumer.seek(TopicPartition(topic, partition, offset))
+        return producer
 
     def _transaction(self, producer: Producer, consumer: KafkaConsumer, records: Sequence[Message]) -> None:
         producer.begin_transaction()
@@ -112,6 +142,8 @@ class MappingRunner(TransactionalLoop):
                 if self.namespace_known is not None and not self.namespace_known(command.namespace):
                     raise Unmappable(f"namespace {command.namespace!r} is not registered (`ostinato namespace "
                                      "register`); the API would not see the run")
+            except RegistryUnavailable:
+                raise  # not the record's fault: the whole batch is taken back and retried, never dead-lettered
             except Exception as exc:  # noqa: BLE001 - whatever a record does to the mapping, it is one dead letter
                 why = str(exc) if isinstance(exc, Unmappable) else f"the mapping failed: {type(exc).__name__}: {exc}"
                 value = record.value
