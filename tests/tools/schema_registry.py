@@ -1,0 +1,117 @@
+"""A stand-in for a Confluent-compatible schema registry, on loopback, for tests.
+
+No real registry installs on these machines: Confluent's is not on Maven Central, Karapace is not on PyPI, and
+Apicurio Registry's app needs artifacts Maven Central does not serve. This serves the part of the REST API the
+ingress and its tests use, with the real API's shapes and error codes: `POST /subjects/{subject}/versions`
+(register, the same schema twice gets the same id), `GET /schemas/ids/{id}` (404 with error_code 40403 when
+unknown), optional basic auth (401). It can be stopped and started again on the same port with the same schemas,
+like a registry whose storage outlives it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ostinato.infra.process import free_ports
+
+
+class StandInRegistry:
+    def __init__(self, port: int | None = None, user: str = "", password: str = "") -> None:
+        self.port = port or free_ports(1)[0]
+        self.credentials = f"{user}:{password}" if user else ""
+        self.schemas: list[dict[str, Any]] = []  # id - 1 -> {"schema": ..., "schemaType": ...}
+        self.requests: list[str] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> StandInRegistry:
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authorised(self) -> bool:
+                if not registry.credentials:
+                    return True
+                expected = "Basic " + base64.b64encode(registry.credentials.encode()).decode()
+                if self.headers.get("Authorization") == expected:
+                    return True
+                self._answer(401, {"error_code": 401, "message": "Unauthorized"})
+                return False
+
+            def do_GET(self) -> None:
+                registry.requests.append(f"GET {self.path}")
+                if not self._authorised():
+                    return
+                parts = self.path.strip("/").split("/")
+                if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
+                    found = registry.schema(int(parts[2]))
+                    if found is None:
+                        self._answer(404, {"error_code": 40403, "message": f"Schema {parts[2]} not found"})
+                    else:
+                        self._answer(200, found)
+                    return
+                self._answer(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+
+            def do_POST(self) -> None:
+                registry.requests.append(f"POST {self.path}")
+                if not self._authorised():
+                    return
+                parts = self.path.strip("/").split("/")
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+                if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
+                    self._answer(200, {"id": registry.register(body["schema"], body.get("schemaType", "AVRO"))})
+                    return
+                self._answer(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="stand-in-registry", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def schema(self, schema_id: int) -> dict[str, Any] | None:
+        with self._lock:
+            return self.schemas[schema_id - 1] if 0 < schema_id <= len(self.schemas) else None
+
+    def register(self, schema: str, schema_type: str = "AVRO") -> int:
+        entry = {"schema": schema} if schema_type == "AVRO" else {"schema": schema, "schemaType": schema_type}
+        with self._lock:
+            if entry not in self.schemas:
+                self.schemas.append(entry)
+            return self.schemas.index(entry) + 1
+
+
+def register(url: str, subject: str, schema: dict[str, Any] | str, auth: str = "") -> int:
+    """Register `schema` under `subject` through the registry's HTTP API (any Confluent-compatible registry)."""
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
+    request = urllib.request.Request(f"{url}/subjects/{subject}/versions", json.dumps({"schema": text}).encode(),
+                                     headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(json.loads(response.read())["id"])

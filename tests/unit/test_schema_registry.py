@@ -1,0 +1,180 @@
+"""Avro in Confluent's wire format (connectors/schema_registry.py and the ingress mapping's use of it): framing,
+decoding, the registry client's caching and auth, and the line between a bad record (a dead letter) and a registry
+that is away (retried, never a dead letter)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastavro import parse_schema
+
+from ostinato.connectors import schema_registry
+from ostinato.connectors.ingress_mapping import MappingError, Record, Unmappable, parse, translate
+from ostinato.connectors.schema_registry import (
+    BadRecord,
+    RegistryConfigError,
+    RegistrySettings,
+    RegistryUnavailable,
+    SchemaRegistry,
+)
+from ostinato.infra.process import free_ports
+from ostinato.schemas import codec
+from tests.tools.schema_registry import StandInRegistry, register
+
+ORDER = {"type": "record", "name": "Order", "namespace": "shop",
+         "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "string"},
+                    {"name": "total", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}}]}
+ORDER_KEY = {"type": "record", "name": "OrderKey", "namespace": "shop",
+             "fields": [{"name": "region", "type": "string"}]}
+
+
+@pytest.fixture
+def registry() -> Iterator[StandInRegistry]:
+    server = StandInRegistry().start()
+    yield server
+    server.stop()
+
+
+def _client(url: str, **settings: object) -> SchemaRegistry:
+    return SchemaRegistry(RegistrySettings.parse({"url": url, **settings}, Path(), "test"))
+
+
+def _order(schema_id: int, **changes: object) -> bytes:
+    import decimal
+    datum = {"id": 7, "customer": "ada", "total": decimal.Decimal("12.50"), **changes}
+    return schema_registry.encode(schema_id, parse_schema(ORDER), datum)
+
+
+def test_a_framed_value_decodes_with_the_writers_schema_fetched_once(registry: StandInRegistry) -> None:
+    schema_id = register(registry.url, "shop.orders-value", ORDER)
+    client = _client(registry.url)
+    for _ in range(3):
+        datum = schema_registry.decode(_order(schema_id), client)
+    assert datum["id"] == 7 and datum["customer"] == "ada"
+    assert registry.requests.count(f"GET /schemas/ids/{schema_id}") == 1  # ids are immutable: cached
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"", "the value is 0 byte(s), shorter than the 5-byte Confluent header"),
+    (b"\x00\x00\x01", "the value is 3 byte(s), shorter than the 5-byte Confluent header"),
+    (b'{"id": 7}', "the value is not in the Confluent wire format: its first byte is 0x7b, not the magic byte 0x00"),
+    (b"\xc3\x01" + bytes(12), "its first byte is 0xc3"),
+])
+def test_what_is_not_framed_says_so(data: bytes, reason: str) -> None:
+    with pytest.raises(BadRecord, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        schema_registry.split_frame(data)
+
+
+def test_an_unknown_id_truncated_or_corrupt_body_and_trailing_bytes_are_bad_records(
+        registry: StandInRegistry) -> None:
+    schema_id = register(registry.url, "shop.orders-value", ORDER)
+    client = _client(registry.url)
+    with pytest.raises(BadRecord, match=r"schema id 99 is not in the schema registry at .* \(404: Schema 99 not"):
+        schema_registry.decode(b"\x00\x00\x00\x00\x63" + _order(schema_id)[5:], client)
+    with pytest.raises(BadRecord, match=f"the value is truncated or corrupt Avro for schema id {schema_id}"):
+        schema_registry.decode(_order(schema_id)[:-3], client)
+    with pytest.raises(BadRecord, match=r"1 byte\(s\) after the Avro datum"):
+        schema_registry.decode(_order(schema_id) + b"\x00", client)
+    json_id = registry.register('{"type": "object"}', "JSON")
+    with pytest.raises(BadRecord, match=f"schema id {json_id} is a JSON schema, not Avro"):
+        schema_registry.decode(b"\x00" + json_id.to_bytes(4, "big") + b"{}", client)
+
+
+def test_a_registry_that_is_away_or_refuses_is_unavailable_not_a_bad_record(registry: StandInRegistry) -> None:
+    schema_id = register(registry.url, "shop.orders-value", ORDER)
+    down = _client(f"http://127.0.0.1:{free_ports(1)[0]}")
+    with pytest.raises(RegistryUnavailable, match="is unavailable"):
+        schema_registry.decode(_order(schema_id), down)
+    wrong_path = _client(registry.url + "/not-the-api")  # a 404 without the registry's 40403: the URL, not the record
+    with pytest.raises(RegistryUnavailable, match="without the registry's error code 40403"):
+        schema_registry.decode(_order(schema_id), wrong_path)
+    locked = StandInRegistry(user="ingress", password="s3cret").start()
+    try:
+        locked_id = register(locked.url, "shop.orders-value", ORDER, auth="ingress:s3cret")
+        with pytest.raises(RegistryUnavailable, match="answered 401"):
+            schema_registry.decode(_order(locked_id), _client(locked.url))
+    finally:
+        locked.stop()
+
+
+def test_basic_auth_comes_from_environment_variables(registry: StandInRegistry,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    locked = StandInRegistry(user="ingress", password="s3cret").start()
+    try:
+        schema_id = register(locked.url, "shop.orders-value", ORDER, auth="ingress:s3cret")
+        monkeypatch.setenv("SR_USER", "ingress")
+        monkeypatch.setenv("SR_PASSWORD", "s3cret")
+        client = _client(locked.url, username_env="SR_USER", password_env="SR_PASSWORD")
+        assert schema_registry.decode(_order(schema_id), client)["customer"] == "ada"
+    finally:
+        locked.stop()
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"url": "http://r", "password": "x"}, "secrets come from the environment"),
+    ({"url": "ftp://r"}, "url must be an http:// or https:// URL"),
+    ({"url": "http://r", "username_env": "SR_USER"}, "needs both username_env and password_env"),
+    ({"url": "http://r", "username_env": "OSTINATO_UNSET_U", "password_env": "OSTINATO_UNSET_P"}, "which is not set"),
+    ({"url": "http://r", "cert_file": "c.pem"}, "needs both cert_file and key_file"),
+    ({"url": "http://r", "timeout_s": 0}, "timeout_s must be a positive number"),
+    (7, "registry is a URL or a mapping"),
+])
+def test_registry_settings_mistakes(entry: object, message: str) -> None:
+    with pytest.raises(RegistryConfigError, match=message):
+        RegistrySettings.parse(entry, Path(), "test")
+
+
+START = {"name": "orders", "topic": "shop.orders", "action": "start", "workflow_id": "order-{value.id}",
+         "workflow_type": "OrderWorkflow", "task_queue": "orders", "format": "avro"}
+
+
+def _input(command: object) -> object:
+    _, decoded = codec.decode(command.value)  # type: ignore[attr-defined]
+    return json.loads(decoded["body"][1]["input"][0]["data"])
+
+
+def test_a_mapping_with_a_registry_reads_confluent_framed_values_and_keys(registry: StandInRegistry) -> None:
+    value_id = register(registry.url, "shop.orders-value", ORDER)
+    key_id = register(registry.url, "shop.orders-key", ORDER_KEY)
+    config = parse({"registry": registry.url, "mappings": [
+        {**START, "key_format": "avro", "task_queue": "orders-{key.region}"}]})
+    mapping = config.mappings[0]
+    key = schema_registry.encode(key_id, parse_schema(ORDER_KEY), {"region": "eu"})
+    command = translate(mapping, Record("shop.orders", 0, 3, key, _order(value_id)), 4, 0)
+    assert _input(command) == {"id": 7, "customer": "ada", "total": "12.50"}
+    _, decoded = codec.decode(command.value)
+    assert decoded["workflow_id"] == "order-7" and decoded["body"][1]["task_queue"] == "orders-eu"
+    with pytest.raises(Unmappable, match="the key is not in the Confluent wire format"):
+        translate(mapping, Record("shop.orders", 0, 4, b"region-eu", _order(value_id)), 4, 0)
+    with pytest.raises(Unmappable, match="the value is not in the Confluent wire format"):
+        translate(mapping, Record("shop.orders", 0, 5, key, b'{"id": 1}'), 4, 0)
+
+
+def test_mappings_share_the_files_registry_and_may_name_their_own(registry: StandInRegistry) -> None:
+    other = f"http://127.0.0.1:{free_ports(1)[0]}"
+    config = parse({"registry": registry.url, "mappings": [
+        START, {**START, "name": "b"}, {**START, "name": "c", "registry": {"url": other}}]})
+    a, b, c = config.mappings
+    assert a.registry is b.registry and a.registry is not None and a.confluent_value
+    assert c.registry is not None and c.registry.settings.url == other
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ({"mappings": [START]}, "format avro needs `schema`"),
+    ({"mappings": [{**START, "schema": {"type": "string"}, "registry": "http://r"}]}, "not both"),
+    ({"mappings": [{**START, "format": "json", "key_format": "avro"}]}, "key_format avro needs a `registry`"),
+    ({"mappings": [{**START, "key_format": "protobuf", "registry": "http://r"}]}, "key_format must be one of"),
+    ({"registry": {"url": "http://r", "password": "x"}, "mappings": [START]}, "secrets come from the environment"),
+])
+def test_mapping_mistakes_about_the_registry(document: dict, message: str) -> None:
+    with pytest.raises(MappingError, match=message):
+        parse(document)
+
+
+def test_the_translation_lets_an_outage_through_for_the_runner_to_retry() -> None:
+    config = parse({"registry": f"http://127.0.0.1:{free_ports(1)[0]}", "mappings": [START]})
+    with pytest.raises(RegistryUnavailable):  # not Unmappable: the runner must not dead-letter it
+        translate(config.mappings[0], Record("shop.orders", 0, 0, None, b"\x00\x00\x00\x00\x01\x0e"), 4, 0)
