@@ -104,7 +104,8 @@ class MappingRunner(TransactionalLoop):
                         self.registry_wait.succeeded()
                     except RegistryUnavailable as exc:
                         producer = self._take_back(producer, consumer, records)
-                        self.registry_wait.failed(exc, records[0].offset())
+                        first = records[0]
+                        self.registry_wait.failed(exc, f"{first.topic()}/{first.partition()}/{first.offset()}")
                     except KafkaException as exc:
                         self.metrics.aborts.labels(self.mapping.name).inc()
                         producer = self.recover(producer, consumer, exc)

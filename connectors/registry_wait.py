@@ -31,15 +31,15 @@ class RegistryWait:
         self.since = 0.0
         self.reminded = 0.0
 
-    def failed(self, reason: BaseException, offset: int) -> None:
+    def failed(self, reason: BaseException, first: str) -> None:
         """Count it, say so (at the start and every REMIND_EVERY_S), and sleep the backoff (woken by a stop)."""
         now = time.monotonic()
         self.retries.inc()
         if not self.delay:
             self.since = self.reminded = now
             self.waiting.set(1)
-            log.warning("ingress %s: %s; nothing is dead-lettered: retrying from offset %d with backoff", self.mapping,
-                        reason, offset)
+            log.warning("ingress %s: %s; nothing is dead-lettered: retrying the batch from %s with backoff",
+                        self.mapping, reason, first)
         elif now - self.reminded >= REMIND_EVERY_S:
             self.reminded = now
             log.warning("ingress %s: still waiting for the schema registry (%.0fs): %s", self.mapping,

@@ -129,7 +129,7 @@ mappings:
         assert _metric(server, "ostinato_ingress_registry_waiting") == 1.0
         assert _committed(bootstrap, group, topic) == (22, 32)  # nothing committed past the records that need it
         assert len(read_committed(bootstrap, f"{topic}.dlq")) == 2  # and nothing dead-lettered
-        assert "nothing is dead-lettered: retrying from offset" in server.tail(200)
+        assert "nothing is dead-lettered: retrying the batch from" in server.tail(200)
 
         registry.start()  # back, same port, same schemas
         _until(lambda: (lambda c: c[0] == c[1] == 32)(_committed(bootstrap, group, topic)), "resumed", server)
@@ -140,6 +140,7 @@ mappings:
         assert len(started) == 30
         assert len(read_committed(bootstrap, f"{topic}.dlq")) == 2
         assert _metric(server, "ostinato_ingress_registry_waiting") == 0.0
+        assert "the schema registry answers again after" in server.tail(200)
     finally:
         if server is not None:
             server.stop()

@@ -11,18 +11,24 @@ like a registry whose storage outlives it.
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import json
+import ssl
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from ostinato.infra.process import free_ports
 
 
 class StandInRegistry:
-    def __init__(self, port: int | None = None, user: str = "", password: str = "") -> None:
+    def __init__(self, port: int | None = None, user: str = "", password: str = "",
+                 tls: tuple[Path, Path] | None = None) -> None:
         self.port = port or free_ports(1)[0]
+        self.tls = tls  # (certificate, key) files: serve HTTPS
         self.credentials = f"{user}:{password}" if user else ""
         self.schemas: list[dict[str, Any]] = []  # id - 1 -> {"schema": ..., "schemaType": ...}
         self.requests: list[str] = []
@@ -31,7 +37,7 @@ class StandInRegistry:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> StandInRegistry:
         registry = self
@@ -84,6 +90,10 @@ class StandInRegistry:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, name="stand-in-registry", daemon=True).start()
         return self
 
@@ -115,3 +125,26 @@ def register(url: str, subject: str, schema: dict[str, Any] | str, auth: str = "
                                      headers)
     with urllib.request.urlopen(request, timeout=10) as response:
         return int(json.loads(response.read())["id"])
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, as PEM files in `directory`."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = directory / "registry-cert.pem", directory / "registry-key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file

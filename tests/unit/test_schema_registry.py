@@ -22,7 +22,7 @@ from ostinato.connectors.schema_registry import (
 )
 from ostinato.infra.process import free_ports
 from ostinato.schemas import codec
-from tests.tools.schema_registry import StandInRegistry, register
+from tests.tools.schema_registry import StandInRegistry, register, self_signed
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop",
          "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "string"},
@@ -111,6 +111,19 @@ def test_basic_auth_comes_from_environment_variables(registry: StandInRegistry,
         assert schema_registry.decode(_order(schema_id), client)["customer"] == "ada"
     finally:
         locked.stop()
+
+
+def test_tls_trusts_the_ca_file_named_relative_to_the_ingress_file(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    secure = StandInRegistry(tls=(cert, key)).start()
+    try:
+        schema_id = secure.register(json.dumps(ORDER))
+        trusting = SchemaRegistry(RegistrySettings.parse({"url": secure.url, "ca_file": cert.name}, tmp_path, "t"))
+        assert schema_registry.decode(_order(schema_id), trusting)["id"] == 7
+        with pytest.raises(RegistryUnavailable, match="CERTIFICATE_VERIFY_FAILED"):  # the system CAs do not know it
+            schema_registry.decode(_order(schema_id), _client(secure.url))
+    finally:
+        secure.stop()
 
 
 @pytest.mark.parametrize(("entry", "message"), [
