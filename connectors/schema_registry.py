@@ -20,6 +20,7 @@ import json
 import os
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,7 +33,11 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 MAGIC = 0
 HEADER_BYTES = 5
 _ACCEPT = "application/vnd.schemaregistry.v1+json, application/json"
-_SCHEMA_NOT_FOUND = 40403  # Confluent's error code for an unknown id (Karapace and Apicurio's ccompat API agree)
+# The registry API's own "not found" codes (Confluent's; Karapace and Apicurio's ccompat API agree): subject, version,
+# schema. A 404 without one of them is not the registry speaking (a wrong URL), so it never blames the record.
+_NOT_FOUND = (40401, 40402, 40403)
+_MAX_REFERENCE_DEPTH = 32
+UNKNOWN_ID_TTL_S = 60.0
 _SETTINGS = {"url", "username_env", "password_env", "ca_file", "cert_file", "key_file", "timeout_s"}
 
 
@@ -102,6 +107,7 @@ class SchemaRegistry:
         self.settings = settings
         self._schemas: dict[int, Any] = {}
         self._not_avro: dict[int, str] = {}
+        self._unknown: dict[int, tuple[float, str]] = {}  # id -> (until, reason): a flood of bad ids asks once a minute
         self._lock = threading.Lock()
         self._ssl = _ssl_context(settings) if settings.url.startswith("https:") else None
 
@@ -112,27 +118,51 @@ class SchemaRegistry:
                 return self._schemas[schema_id]
             if schema_id in self._not_avro:
                 raise BadRecord(self._not_avro[schema_id])
-        answer = self.get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
+            until, reason = self._unknown.get(schema_id, (0.0, ""))
+            if time.monotonic() < until:
+                raise BadRecord(reason)
+        try:
+            answer = self.get(f"/schemas/ids/{schema_id}", f"schema id {schema_id}")
+        except BadRecord as exc:
+            with self._lock:
+                self._unknown[schema_id] = (time.monotonic() + UNKNOWN_ID_TTL_S, str(exc))
+            raise
         kind = answer.get("schemaType") or "AVRO"  # absent means Avro, as in every registry's API
-        reason = ""
         if kind != "AVRO":
             reason = f"schema id {schema_id} is a {kind} schema, not Avro"
-        elif answer.get("references"):
-            reason = f"schema id {schema_id} uses schema references, which this ingress does not resolve yet"
-        if reason:
             with self._lock:
                 self._not_avro[schema_id] = reason
             raise BadRecord(reason)
+        named: dict[str, Any] = {}
+        self._referenced(answer.get("references") or [], named, f"schema id {schema_id}", 0)
         try:
-            parsed = parse_schema(json.loads(answer["schema"]))
+            parsed = parse_schema(json.loads(answer["schema"]), named_schemas=named)
         except (KeyError, TypeError, ValueError) as exc:
             raise BadRecord(f"schema id {schema_id} from the registry is not a valid Avro schema: {exc}") from None
         with self._lock:
             self._schemas[schema_id] = parsed
         return parsed
 
+    def _referenced(self, references: list[Any], named: dict[str, Any], what: str, depth: int) -> None:
+        """Parse the schemas `references` name (each `{name, subject, version}`, depth first) into `named`, so the
+        referring schema can use their types."""
+        if depth > _MAX_REFERENCE_DEPTH:
+            raise BadRecord(f"{what}: schema references nest more than {_MAX_REFERENCE_DEPTH} deep")
+        for ref in references:
+            try:
+                subject, version = str(ref["subject"]), int(ref["version"])
+            except (KeyError, TypeError, ValueError):
+                raise BadRecord(f"{what}: a schema reference without subject and version: {ref!r}") from None
+            path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}"
+            answer = self.get(path, f"{what}'s reference {subject} version {version}")
+            self._referenced(answer.get("references") or [], named, what, depth + 1)
+            try:
+                parse_schema(json.loads(answer["schema"]), named_schemas=named)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise BadRecord(f"{what}'s reference {subject} version {version} is not valid Avro: {exc}") from None
+
     def get(self, path: str, what: str) -> dict[str, Any]:
-        """One JSON answer of the registry's API; 404 with Confluent's 40403 is BadRecord, any other failure
+        """One JSON answer of the registry's API; the API's own "not found" is BadRecord, any other failure
         RegistryUnavailable."""
         url = self.settings.url + path
         request = urllib.request.Request(url, headers={"Accept": _ACCEPT, **self._auth()})
@@ -155,7 +185,7 @@ class SchemaRegistry:
             detail = {}
         code = detail.get("error_code") if isinstance(detail, dict) else None
         message = detail.get("message", "") if isinstance(detail, dict) else ""
-        if exc.code == 404 and code == _SCHEMA_NOT_FOUND:
+        if exc.code == 404 and code in _NOT_FOUND:
             return BadRecord(f"{what} is not in the schema registry at {self.settings.url} (404: {message})")
         if exc.code == 404:  # not the registry's own "not found": most likely a wrong URL, so never the record's fault
             return RegistryUnavailable(f"{url} answered 404 without the registry's error code 40403: is the "

@@ -3,8 +3,9 @@
 No real registry installs on these machines: Confluent's is not on Maven Central, Karapace is not on PyPI, and
 Apicurio Registry's app needs artifacts Maven Central does not serve. This serves the part of the REST API the
 ingress and its tests use, with the real API's shapes and error codes: `POST /subjects/{subject}/versions`
-(register, the same schema twice gets the same id), `GET /schemas/ids/{id}` (404 with error_code 40403 when
-unknown), optional basic auth (401). It can be stopped and started again on the same port with the same schemas,
+(register, the same schema twice gets the same id; `references` kept), `GET /schemas/ids/{id}` (404 with
+error_code 40403 when unknown), `GET /subjects/{subject}/versions/{version}` (40401, 40402), optional basic auth
+(401), optional TLS. It can be stopped and started again on the same port with the same schemas,
 like a registry whose storage outlives it.
 """
 
@@ -16,6 +17,7 @@ import ipaddress
 import json
 import ssl
 import threading
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,7 +32,8 @@ class StandInRegistry:
         self.port = port or free_ports(1)[0]
         self.tls = tls  # (certificate, key) files: serve HTTPS
         self.credentials = f"{user}:{password}" if user else ""
-        self.schemas: list[dict[str, Any]] = []  # id - 1 -> {"schema": ..., "schemaType": ...}
+        self.schemas: list[dict[str, Any]] = []  # id - 1 -> {"schema": ..., "schemaType": ..., "references": ...}
+        self.subjects: dict[str, list[int]] = {}  # subject -> ids, version - 1 -> id
         self.requests: list[str] = []
         self._server: ThreadingHTTPServer | None = None
         self._lock = threading.Lock()
@@ -67,7 +70,18 @@ class StandInRegistry:
                 registry.requests.append(f"GET {self.path}")
                 if not self._authorised():
                     return
-                parts = self.path.strip("/").split("/")
+                parts = [urllib.parse.unquote(p) for p in self.path.strip("/").split("/")]
+                if len(parts) == 4 and parts[0] == "subjects" and parts[2] == "versions" and parts[3].isdigit():
+                    ids = registry.subjects.get(parts[1])
+                    if ids is None:
+                        self._answer(404, {"error_code": 40401, "message": f"Subject '{parts[1]}' not found."})
+                    elif not 0 < int(parts[3]) <= len(ids):
+                        self._answer(404, {"error_code": 40402, "message": f"Version {parts[3]} not found."})
+                    else:
+                        schema_id = ids[int(parts[3]) - 1]
+                        self._answer(200, {"subject": parts[1], "version": int(parts[3]), "id": schema_id,
+                                           **(registry.schema(schema_id) or {})})
+                    return
                 if len(parts) == 3 and parts[:2] == ["schemas", "ids"] and parts[2].isdigit():
                     found = registry.schema(int(parts[2]))
                     if found is None:
@@ -81,10 +95,12 @@ class StandInRegistry:
                 registry.requests.append(f"POST {self.path}")
                 if not self._authorised():
                     return
-                parts = self.path.strip("/").split("/")
+                parts = [urllib.parse.unquote(p) for p in self.path.strip("/").split("/")]
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
-                    self._answer(200, {"id": registry.register(body["schema"], body.get("schemaType", "AVRO"))})
+                    schema_id = registry.register(body["schema"], body.get("schemaType", "AVRO"), parts[1],
+                                                  body.get("references"))
+                    self._answer(200, {"id": schema_id})
                     return
                 self._answer(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
 
@@ -107,22 +123,32 @@ class StandInRegistry:
         with self._lock:
             return self.schemas[schema_id - 1] if 0 < schema_id <= len(self.schemas) else None
 
-    def register(self, schema: str, schema_type: str = "AVRO") -> int:
-        entry = {"schema": schema} if schema_type == "AVRO" else {"schema": schema, "schemaType": schema_type}
+    def register(self, schema: str, schema_type: str = "AVRO", subject: str = "",
+                 references: list[dict[str, Any]] | None = None) -> int:
+        entry: dict[str, Any] = {"schema": schema}
+        if schema_type != "AVRO":
+            entry["schemaType"] = schema_type
+        if references:
+            entry["references"] = references
         with self._lock:
             if entry not in self.schemas:
                 self.schemas.append(entry)
-            return self.schemas.index(entry) + 1
+            schema_id = self.schemas.index(entry) + 1
+            if subject and schema_id not in self.subjects.setdefault(subject, []):
+                self.subjects[subject].append(schema_id)
+            return schema_id
 
 
-def register(url: str, subject: str, schema: dict[str, Any] | str, auth: str = "") -> int:
+def register(url: str, subject: str, schema: dict[str, Any] | str, auth: str = "",
+             references: list[dict[str, Any]] | None = None) -> int:
     """Register `schema` under `subject` through the registry's HTTP API (any Confluent-compatible registry)."""
     text = schema if isinstance(schema, str) else json.dumps(schema)
     headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
     if auth:
         headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
-    request = urllib.request.Request(f"{url}/subjects/{subject}/versions", json.dumps({"schema": text}).encode(),
-                                     headers)
+    body: dict[str, Any] = {"schema": text, **({"references": references} if references else {})}
+    request = urllib.request.Request(f"{url}/subjects/{urllib.parse.quote(subject, safe='')}/versions",
+                                     json.dumps(body).encode(), headers)
     with urllib.request.urlopen(request, timeout=10) as response:
         return int(json.loads(response.read())["id"])
 

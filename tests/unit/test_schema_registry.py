@@ -83,6 +83,38 @@ def test_an_unknown_id_truncated_or_corrupt_body_and_trailing_bytes_are_bad_reco
         schema_registry.decode(b"\x00" + json_id.to_bytes(4, "big") + b"{}", client)
 
 
+def test_schema_references_are_resolved_through_their_subjects(registry: StandInRegistry) -> None:
+    address = {"type": "record", "name": "Address", "namespace": "shop",
+               "fields": [{"name": "city", "type": "string"}]}
+    customer = {"type": "record", "name": "Customer", "namespace": "shop",
+                "fields": [{"name": "name", "type": "string"}, {"name": "address", "type": "shop.Address"}]}
+    order = {"type": "record", "name": "Order", "namespace": "shop",
+             "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "shop.Customer"}]}
+    register(registry.url, "shop.Address", address)
+    register(registry.url, "shop.Customer", customer,
+             references=[{"name": "shop.Address", "subject": "shop.Address", "version": 1}])
+    order_id = register(registry.url, "shop.orders-value", order,
+                        references=[{"name": "shop.Customer", "subject": "shop.Customer", "version": 1}])
+    named: dict = {}
+    parse_schema(address, named_schemas=named)
+    parse_schema(customer, named_schemas=named)
+    datum = {"id": 1, "customer": {"name": "ada", "address": {"city": "Turin"}}}
+    framed = schema_registry.encode(order_id, parse_schema(order, named_schemas=named), datum)
+    assert schema_registry.decode(framed, _client(registry.url)) == datum
+    missing = register(registry.url, "shop.gifts-value", order,
+                       references=[{"name": "shop.Customer", "subject": "shop.Customer", "version": 9}])
+    with pytest.raises(BadRecord, match=r"reference shop\.Customer version 9 is not in the schema registry"):
+        schema_registry.decode(b"\x00" + missing.to_bytes(4, "big") + framed[5:], _client(registry.url))
+
+
+def test_an_unknown_id_is_asked_for_once_a_minute_not_once_a_record(registry: StandInRegistry) -> None:
+    client = _client(registry.url)
+    for _ in range(5):
+        with pytest.raises(BadRecord, match="schema id 42 is not in the schema registry"):
+            client.schema(42)
+    assert registry.requests.count("GET /schemas/ids/42") == 1
+
+
 def test_a_registry_that_is_away_or_refuses_is_unavailable_not_a_bad_record(registry: StandInRegistry) -> None:
     schema_id = register(registry.url, "shop.orders-value", ORDER)
     down = _client(f"http://127.0.0.1:{free_ports(1)[0]}")
