@@ -32,6 +32,7 @@ from ostinato.connectors.ingress_mapping import (
     Record,
     Unmappable,
     dead_letter_headers,
+    prefetch_schemas,
     translate,
 )
 from ostinato.connectors.outcomes import OutcomeSource, OutcomeStream, ensure_topic, outcome_counter
@@ -100,10 +101,12 @@ class MappingRunner(TransactionalLoop):
                                     m.error().str())
                 if records:
                     try:
+                        # Schemas are fetched before the transaction: a slow registry never holds one open.
+                        prefetch_schemas(self.mapping, [(m.key(), m.value()) for m in records])
                         self._transaction(producer, consumer, records)
                         self.registry_wait.succeeded()
                     except RegistryUnavailable as exc:
-                        producer = self._take_back(producer, consumer, records)
+                        rewind(consumer, records)
                         first = records[0]
                         self.registry_wait.failed(exc, f"{first.topic()}/{first.partition()}/{first.offset()}")
                     except KafkaException as exc:
@@ -116,23 +119,20 @@ class MappingRunner(TransactionalLoop):
             consumer.close()
             producer.flush(5)
 
-    def _take_back(self, producer: Producer, consumer: KafkaConsumer, records: Sequence[Message]) -> Producer:
-        """Abort the open transaction and rewind to the batch's first records, so nothing is committed past a
-        record whose schema could not be fetched."""
-        try:
-            producer.abort_transaction(OPERATION_TIMEOUT_S)
-        except KafkaException as exc:
-            return self.recover(producer, consumer, exc)  # which rewinds to the committed offsets itself
-        firsts: dict[tuple[str, int], int] = {}
-        for msg in records:
-            firsts.setdefault((msg.topic(), msg.partition()), msg.offset())
-        for (topic, partition), offset in firsts.items():
-            with contextlib.suppress(KafkaException):  # revoked meanwhile: its next owner resumes from the commit
-                consumer.seek(TopicPartition(topic, partition, offset))
-        return producer
-
     def _transaction(self, producer: Producer, consumer: KafkaConsumer, records: Sequence[Message]) -> None:
         producer.begin_transaction()
+        try:
+            commands, dead = self._produce(producer, records)
+        except RegistryUnavailable:  # a schema the prefetch did not keep: nothing of this batch may commit
+            producer.abort_transaction(OPERATION_TIMEOUT_S)  # a KafkaException here is recovered as any other
+            raise
+        self.commit(producer, consumer, records)
+        self.metrics.records.labels(self.mapping.name, "command").inc(commands)
+        if dead:
+            self.metrics.records.labels(self.mapping.name, "dead_letter").inc(dead)
+
+    def _produce(self, producer: Producer, records: Sequence[Message]) -> tuple[int, int]:
+        """Each record's command or dead letter into the open transaction; (commands, dead letters)."""
         now = time.time_ns() // 1_000_000
         commands = dead = 0
         for msg in records:
@@ -157,10 +157,18 @@ class MappingRunner(TransactionalLoop):
                 producer.produce(self.commands_topic, command.value, command.key, partition=command.partition)
                 commands += 1
             producer.poll(0)
-        self.commit(producer, consumer, records)
-        self.metrics.records.labels(self.mapping.name, "command").inc(commands)
-        if dead:
-            self.metrics.records.labels(self.mapping.name, "dead_letter").inc(dead)
+        return commands, dead
+
+
+def rewind(consumer: KafkaConsumer, records: Sequence[Message]) -> None:
+    """Seek each partition of the batch back to its first record, so the batch is taken again (and nothing past it
+    is committed) while the consumer keeps polling."""
+    firsts: dict[tuple[str, int], int] = {}
+    for msg in records:
+        firsts.setdefault((msg.topic(), msg.partition()), msg.offset())
+    for (topic, partition), offset in firsts.items():
+        with contextlib.suppress(KafkaException):  # revoked meanwhile: its next owner resumes from the commit
+            consumer.seek(TopicPartition(topic, partition, offset))
 
 
 def lag_of(consumer: KafkaConsumer) -> int:

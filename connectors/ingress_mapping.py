@@ -30,6 +30,7 @@ be mapped (not JSON, a missing field, an output over the record limit) becomes a
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import decimal
 import io
@@ -383,6 +384,22 @@ def _key(mapping: IngressMapping, raw: bytes | None) -> Any:
         return raw.decode()
     except UnicodeDecodeError:
         return None  # a binary key cannot be used in a template; the rest of the record still can
+
+
+def prefetch_schemas(mapping: IngressMapping, parts: list[tuple[bytes | None, bytes | None]]) -> None:
+    """Fetch the writer schemas that these (key, value) pairs name, so the translation finds them cached; raises
+    RegistryUnavailable, and leaves what is wrong with a record (BadRecord) for the translation to report."""
+    if mapping.registry is None:
+        return
+    ids: set[int] = set()
+    for key, value in parts:
+        for part, framed in ((key, mapping.key_format == "avro"), (value, mapping.confluent_value)):
+            if framed and part is not None and len(part) >= schema_registry.HEADER_BYTES and \
+                    part[0] == schema_registry.MAGIC:
+                ids.add(schema_registry.split_frame(part)[0])
+    for schema_id in sorted(ids):
+        with contextlib.suppress(schema_registry.BadRecord):
+            mapping.registry.schema(schema_id)
 
 
 def _payloads(mapping: IngressMapping, context: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import pytest
 from fastavro import parse_schema
 
 from ostinato.connectors import schema_registry
-from ostinato.connectors.ingress_mapping import MappingError, Record, Unmappable, parse, translate
+from ostinato.connectors.ingress_mapping import MappingError, Record, Unmappable, parse, prefetch_schemas, translate
 from ostinato.connectors.schema_registry import (
     BadRecord,
     RegistryConfigError,
@@ -223,3 +223,23 @@ def test_the_translation_lets_an_outage_through_for_the_runner_to_retry() -> Non
     config = parse({"registry": f"http://127.0.0.1:{free_ports(1)[0]}", "mappings": [START]})
     with pytest.raises(RegistryUnavailable):  # not Unmappable: the runner must not dead-letter it
         translate(config.mappings[0], Record("shop.orders", 0, 0, None, b"\x00\x00\x00\x00\x01\x0e"), 4, 0)
+
+
+def test_the_schemas_of_a_batch_are_fetched_before_its_transaction(registry: StandInRegistry) -> None:
+    """The runner fetches a batch's schemas before it opens a transaction (a slow registry never holds one open):
+    each id once, unknown ids and unframed parts left for the translation to report, an outage raised."""
+    value_id = register(registry.url, "shop.orders-value", ORDER)
+    key_id = register(registry.url, "shop.orders-key", ORDER_KEY)
+    mapping = parse({"registry": registry.url, "mappings": [{**START, "key_format": "avro"}]}).mappings[0]
+    key = schema_registry.encode(key_id, parse_schema(ORDER_KEY), {"region": "eu"})
+    batch = [(key, _order(value_id)), (key, _order(value_id)), (None, b"{}"), (b"k", b"\x00\x00\x00\x00\x2a..")]
+    prefetch_schemas(mapping, batch)
+    fetched = sorted(r for r in registry.requests if r.startswith("GET"))
+    assert fetched == sorted([f"GET /schemas/ids/{value_id}", f"GET /schemas/ids/{key_id}", "GET /schemas/ids/42"])
+    registry.requests.clear()
+    translate(mapping, Record("shop.orders", 0, 0, key, _order(value_id)), 4, 0)
+    assert registry.requests == []  # the translation found them cached
+    registry.stop()
+    fresh = parse({"registry": registry.url, "mappings": [START]}).mappings[0]
+    with pytest.raises(RegistryUnavailable):
+        prefetch_schemas(fresh, batch)
