@@ -243,3 +243,37 @@ def test_the_schemas_of_a_batch_are_fetched_before_its_transaction(registry: Sta
     fresh = parse({"registry": registry.url, "mappings": [START]}).mappings[0]
     with pytest.raises(RegistryUnavailable):
         prefetch_schemas(fresh, batch)
+
+
+def test_waiting_for_the_registry_backs_off_says_so_once_and_says_when_it_is_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from ostinato.connectors.registry_wait import MAX_DELAY_S, RegistryWait
+
+    class Figure:
+        def __init__(self) -> None:
+            self.value = 0.0
+
+        def inc(self, amount: float = 1) -> None:
+            self.value += amount
+
+        def set(self, value: float) -> None:
+            self.value = value
+
+    retries, waiting, stop = Figure(), Figure(), threading.Event()
+    stop.set()  # the waits return at once
+    wait = RegistryWait("orders", retries, waiting, stop)
+    with caplog.at_level("INFO", logger="ostinato.ingress"):
+        delays = []
+        for _ in range(8):
+            wait.failed(RegistryUnavailable("the schema registry at http://r is unavailable: refused"), "t/0/5")
+            delays.append(wait.delay)
+        assert delays == [0.2, 0.4, 0.8, 1.6, 3.2, MAX_DELAY_S, MAX_DELAY_S, MAX_DELAY_S]
+        assert retries.value == 8 and waiting.value == 1
+        wait.succeeded()
+    assert waiting.value == 0 and wait.delay == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2, messages  # one when it goes, one when it is back: not one per retry
+    assert "nothing is dead-lettered: retrying the batch from t/0/5" in messages[0]
+    assert "answers again" in messages[1]
