@@ -16,13 +16,14 @@ is short (`OSTINATO_TXN_TIMEOUT_MS`, 2 s, as the processors').
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ostinato.connectors.ingress_mapping import (
@@ -31,9 +32,12 @@ from ostinato.connectors.ingress_mapping import (
     Record,
     Unmappable,
     dead_letter_headers,
+    prefetch_schemas,
     translate,
 )
 from ostinato.connectors.outcomes import OutcomeSource, OutcomeStream, ensure_topic, outcome_counter
+from ostinato.connectors.registry_wait import RegistryWait
+from ostinato.connectors.schema_registry import RegistryUnavailable
 from ostinato.connectors.transactional import OPERATION_TIMEOUT_S, TransactionalLoop
 from ostinato.kafka.clients import admin_client
 from ostinato.schemas.cluster import ClusterSettings
@@ -54,6 +58,12 @@ class IngressMetrics:
                          "partitions).", ["mapping"], registry=registry)
         self.aborts = Counter("ostinato_ingress_aborts", "Ingress transactions aborted, by mapping.", ["mapping"],
                               registry=registry)
+        self.registry_retries = Counter(
+            "ostinato_ingress_registry_unavailable", "Batches taken back because the schema registry could not be "
+            "reached, by mapping (nothing is dead-lettered; the batch is retried with backoff).", ["mapping"],
+            registry=registry)
+        self.registry_waiting = Gauge("ostinato_ingress_registry_waiting", "1 while a mapping waits for its schema "
+                                      "registry to come back.", ["mapping"], registry=registry)
 
 
 class MappingRunner(TransactionalLoop):
@@ -70,6 +80,8 @@ class MappingRunner(TransactionalLoop):
         self.settings, self.mapping, self.metrics = settings, mapping, metrics
         self.namespace_known = namespace_known
         self.commands_topic = topic_name(prefix, Topic.COMMANDS)
+        self.registry_wait = RegistryWait(mapping.name, metrics.registry_retries.labels(mapping.name),
+                                          metrics.registry_waiting.labels(mapping.name), self._stop)
 
     def run(self) -> None:
         ensure_dead_letter_topic(self.bootstrap, self.mapping, self.settings.replication_factor)
@@ -89,7 +101,14 @@ class MappingRunner(TransactionalLoop):
                                     m.error().str())
                 if records:
                     try:
+                        # Schemas are fetched before the transaction: a slow registry never holds one open.
+                        prefetch_schemas(self.mapping, [(m.key(), m.value()) for m in records])
                         self._transaction(producer, consumer, records)
+                        self.registry_wait.succeeded()
+                    except RegistryUnavailable as exc:
+                        rewind(consumer, records)
+                        first = records[0]
+                        self.registry_wait.failed(exc, f"{first.topic()}/{first.partition()}/{first.offset()}")
                     except KafkaException as exc:
                         self.metrics.aborts.labels(self.mapping.name).inc()
                         producer = self.recover(producer, consumer, exc)
@@ -102,6 +121,18 @@ class MappingRunner(TransactionalLoop):
 
     def _transaction(self, producer: Producer, consumer: KafkaConsumer, records: Sequence[Message]) -> None:
         producer.begin_transaction()
+        try:
+            commands, dead = self._produce(producer, records)
+        except RegistryUnavailable:  # a schema the prefetch did not keep: nothing of this batch may commit
+            producer.abort_transaction(OPERATION_TIMEOUT_S)  # a KafkaException here is recovered as any other
+            raise
+        self.commit(producer, consumer, records)
+        self.metrics.records.labels(self.mapping.name, "command").inc(commands)
+        if dead:
+            self.metrics.records.labels(self.mapping.name, "dead_letter").inc(dead)
+
+    def _produce(self, producer: Producer, records: Sequence[Message]) -> tuple[int, int]:
+        """Each record's command or dead letter into the open transaction; (commands, dead letters)."""
         now = time.time_ns() // 1_000_000
         commands = dead = 0
         for msg in records:
@@ -112,6 +143,8 @@ class MappingRunner(TransactionalLoop):
                 if self.namespace_known is not None and not self.namespace_known(command.namespace):
                     raise Unmappable(f"namespace {command.namespace!r} is not registered (`ostinato namespace "
                                      "register`); the API would not see the run")
+            except RegistryUnavailable:
+                raise  # not the record's fault: the whole batch is taken back and retried, never dead-lettered
             except Exception as exc:  # noqa: BLE001 - whatever a record does to the mapping, it is one dead letter
                 why = str(exc) if isinstance(exc, Unmappable) else f"the mapping failed: {type(exc).__name__}: {exc}"
                 value = record.value
@@ -124,10 +157,18 @@ class MappingRunner(TransactionalLoop):
                 producer.produce(self.commands_topic, command.value, command.key, partition=command.partition)
                 commands += 1
             producer.poll(0)
-        self.commit(producer, consumer, records)
-        self.metrics.records.labels(self.mapping.name, "command").inc(commands)
-        if dead:
-            self.metrics.records.labels(self.mapping.name, "dead_letter").inc(dead)
+        return commands, dead
+
+
+def rewind(consumer: KafkaConsumer, records: Sequence[Message]) -> None:
+    """Seek each partition of the batch back to its first record, so the batch is taken again (and nothing past it
+    is committed) while the consumer keeps polling."""
+    firsts: dict[tuple[str, int], int] = {}
+    for msg in records:
+        firsts.setdefault((msg.topic(), msg.partition()), msg.offset())
+    for (topic, partition), offset in firsts.items():
+        with contextlib.suppress(KafkaException):  # revoked meanwhile: its next owner resumes from the commit
+            consumer.seek(TopicPartition(topic, partition, offset))
 
 
 def lag_of(consumer: KafkaConsumer) -> int:

@@ -11,8 +11,10 @@ mappings:
     task_queue: orders                 # start and signal-with-start
     signal: "{value.kind}"             # signal and signal-with-start
     input: value                       # value (the default) | value.<path> | none: the one argument passed
-    format: json                       # json (the default) | avro: single-object encoding, written with `schema`
-    schema: order.avsc                 # avro: the writer's schema (relative to this file)
+    format: json                       # json (the default) | avro: single-object encoding with `schema`, or
+    schema: order.avsc                 #   Confluent's wire format with `registry` (the writer's schema by id)
+    registry: http://127.0.0.1:8081    # or {url, username_env, password_env, ca_file, ...}; or the file's top level
+    key_format: string                 # string (the default) | avro: the key in Confluent's wire format too
     namespace: default
     dead_letter_topic: shop.orders.dlq # records that do not map (default: <topic>.dlq)
     id_reuse_policy: ALLOW_DUPLICATE   # start: Ostinato's/Temporal's policies; an id that is taken is not started
@@ -28,6 +30,7 @@ be mapped (not JSON, a missing field, an output over the record limit) becomes a
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import decimal
 import io
@@ -41,13 +44,16 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
 
+from ostinato.connectors import schema_registry
 from ostinato.connectors.outcomes import OutcomesError, OutcomeSpec
+from ostinato.connectors.schema_registry import RegistryConfigError, RegistrySettings, SchemaRegistry
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES
 
 ACTIONS = ("start", "signal", "signal-with-start")
 FORMATS = ("json", "avro")
+KEY_FORMATS = ("string", "avro")
 JSON_ENCODING = b"json/plain"  # the SDK's JSON payload converter: inputs arrive as the workflow's arguments
 AVRO_MAGIC = b"\xc3\x01"
 _POLICIES = {
@@ -56,7 +62,8 @@ _POLICIES = {
     "id_conflict_policy": ("UNSPECIFIED", "FAIL", "USE_EXISTING", "TERMINATE_EXISTING"),
 }
 _KEYS = {"name", "topic", "action", "workflow_id", "workflow_type", "task_queue", "signal", "input", "format",
-         "schema", "namespace", "dead_letter_topic", *_POLICIES}
+         "schema", "registry", "key_format", "namespace", "dead_letter_topic", *_POLICIES}
+_NOT_STRINGS = ("schema", "registry")
 
 
 class MappingError(ValueError):
@@ -94,8 +101,15 @@ class IngressMapping:
     dead_letter_topic: str = ""
     id_reuse_policy: str = "UNSPECIFIED"
     id_conflict_policy: str = "UNSPECIFIED"
+    key_format: str = "string"
     avro_schema: Any = field(default=None, compare=False, repr=False)
     avro_fingerprint: bytes = b""
+    registry: SchemaRegistry | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def confluent_value(self) -> bool:
+        """Values in Confluent's wire format: Avro without a schema of its own, read through the registry."""
+        return self.format == "avro" and self.avro_schema is None
 
     @property
     def group(self) -> str:
@@ -139,13 +153,15 @@ def load(path: Path) -> IngressConfig:
 def parse(document: Any, base: Path = Path(), source: str = "the ingress config") -> IngressConfig:
     if not isinstance(document, dict) or not (document.get("mappings") or document.get("outcomes")):
         raise MappingError(f"{source}: expected a `mappings:` list, an `outcomes:` list, or both")
-    unknown = sorted(set(document) - {"mappings", "outcomes"})
+    unknown = sorted(set(document) - {"mappings", "outcomes", "registry"})
     if unknown:
-        raise MappingError(f"{source}: unknown section(s) {', '.join(unknown)} (known: mappings, outcomes)")
+        raise MappingError(f"{source}: unknown section(s) {', '.join(unknown)} (known: mappings, outcomes, registry)")
     for section in ("mappings", "outcomes"):
         if not isinstance(document.get(section, []), list):
             raise MappingError(f"{source}: `{section}:` must be a list")
-    mappings = [_mapping(entry, i, base, source) for i, entry in enumerate(document.get("mappings") or [])]
+    registries = _Registries(document.get("registry"), base, source)
+    mappings = [_mapping(entry, i, base, source, registries)
+                for i, entry in enumerate(document.get("mappings") or [])]
     try:
         outcomes = [OutcomeSpec.parse(entry, f"{source}, outcomes {i + 1}")
                     for i, entry in enumerate(document.get("outcomes") or [])]
@@ -158,14 +174,35 @@ def parse(document: Any, base: Path = Path(), source: str = "the ingress config"
     return IngressConfig(mappings, outcomes)
 
 
-def _mapping(entry: Any, index: int, base: Path, source: str) -> IngressMapping:
+class _Registries:
+    """One client per distinct `registry:` of a file (the top level's by default), so mappings share its cache."""
+
+    def __init__(self, top: Any, base: Path, source: str) -> None:
+        self.base = base
+        self.clients: dict[RegistrySettings, SchemaRegistry] = {}
+        self.top = None if top is None else self.settings(top, source)
+
+    def settings(self, entry: Any, where: str) -> RegistrySettings:
+        try:
+            return RegistrySettings.parse(entry, self.base, where)
+        except RegistryConfigError as exc:
+            raise MappingError(str(exc)) from None
+
+    def client(self, entry: Any, where: str) -> SchemaRegistry | None:
+        settings = self.top if entry is None else self.settings(entry, where)
+        if settings is None:
+            return None
+        return self.clients.setdefault(settings, SchemaRegistry(settings))
+
+
+def _mapping(entry: Any, index: int, base: Path, source: str, registries: _Registries) -> IngressMapping:
     where = f"{source}, mapping {index + 1}"
     if not isinstance(entry, dict):
         raise MappingError(f"{where}: expected a mapping of settings, not {type(entry).__name__}")
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise MappingError(f"{where}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
-    values = {k: v for k, v in entry.items() if k != "schema"}
+    values = {k: v for k, v in entry.items() if k not in _NOT_STRINGS}
     for k, v in values.items():
         if not isinstance(v, str):
             raise MappingError(f"{where}: {k} must be a string, not {type(v).__name__}")
@@ -195,10 +232,23 @@ def _mapping(entry: Any, index: int, base: Path, source: str) -> IngressMapping:
     for name in ("workflow_id", "workflow_type", "task_queue", "signal", "namespace"):
         if name in values:
             _check_template(values[name], f"{where}: {name}")
+    key_format = values.get("key_format", "string")
+    if key_format not in KEY_FORMATS:
+        raise MappingError(f"{where}: key_format must be one of {', '.join(KEY_FORMATS)}, not {key_format!r}")
+    registry = registries.client(entry.get("registry"), where)
     schema, fp = None, b""
-    if fmt == "avro":
+    if fmt == "avro" and "schema" in entry:
+        if "registry" in entry:
+            raise MappingError(f"{where}: format avro takes `schema` (single-object encoding) or `registry` "
+                               "(Confluent's wire format), not both")
         schema, fp = _avro_schema(entry.get("schema"), base, where)
-    return IngressMapping(**values, avro_schema=schema, avro_fingerprint=fp)
+    elif fmt == "avro" and registry is None:
+        raise MappingError(f"{where}: format avro needs `schema`: the writer's schema (a .avsc file or inline) "
+                           "for single-object encoding, or `registry`: a schema registry URL for Confluent's wire "
+                           "format")
+    if key_format == "avro" and registry is None:
+        raise MappingError(f"{where}: key_format avro needs a `registry` (the mapping's or the file's)")
+    return IngressMapping(**values, avro_schema=schema, avro_fingerprint=fp, registry=registry)
 
 
 def _avro_schema(named: Any, base: Path, where: str) -> tuple[Any, bytes]:
@@ -243,6 +293,12 @@ def decode_value(mapping: IngressMapping, value: bytes | None) -> Any:
             raise Unmappable(f"the value is not JSON: {exc}") from None
         except RecursionError:  # `[[[[...` a hundred thousand deep
             raise Unmappable("the value is JSON nested too deeply to read") from None
+    if mapping.confluent_value:
+        assert mapping.registry is not None  # parse() gives every Confluent-format mapping a registry
+        try:
+            return _jsonable(schema_registry.decode(value, mapping.registry))
+        except schema_registry.BadRecord as exc:
+            raise Unmappable(str(exc)) from None
     if value[:2] != AVRO_MAGIC or len(value) < 10:
         raise Unmappable("the value is not Avro single-object encoded (no C3 01 header)")
     if value[2:10] != mapping.avro_fingerprint:
@@ -306,15 +362,44 @@ def context_of(mapping: IngressMapping, record: Record) -> dict[str, Any]:
             headers[name] = raw.decode() if raw is not None else ""
         except UnicodeDecodeError:
             continue  # a binary header cannot be used in a template; the others still can
-    try:
-        key = record.key.decode() if record.key is not None else None
-    except UnicodeDecodeError:
-        key = None
+    key = _key(mapping, record.key)
     context: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset,
                                "headers": headers, "value": decode_value(mapping, record.value)}
     if key is not None:
         context["key"] = key
     return context
+
+
+def _key(mapping: IngressMapping, raw: bytes | None) -> Any:
+    """The key as templates see it: text, or (key_format avro) the decoded datum; None when there is none."""
+    if raw is None:
+        return None
+    if mapping.key_format == "avro":
+        assert mapping.registry is not None
+        try:
+            return _jsonable(schema_registry.decode(raw, mapping.registry, "key"))
+        except schema_registry.BadRecord as exc:
+            raise Unmappable(str(exc)) from None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None  # a binary key cannot be used in a template; the rest of the record still can
+
+
+def prefetch_schemas(mapping: IngressMapping, parts: list[tuple[bytes | None, bytes | None]]) -> None:
+    """Fetch the writer schemas that these (key, value) pairs name, so the translation finds them cached; raises
+    RegistryUnavailable, and leaves what is wrong with a record (BadRecord) for the translation to report."""
+    if mapping.registry is None:
+        return
+    ids: set[int] = set()
+    for key, value in parts:
+        for part, framed in ((key, mapping.key_format == "avro"), (value, mapping.confluent_value)):
+            if framed and part is not None and len(part) >= schema_registry.HEADER_BYTES and \
+                    part[0] == schema_registry.MAGIC:
+                ids.add(schema_registry.split_frame(part)[0])
+    for schema_id in sorted(ids):
+        with contextlib.suppress(schema_registry.BadRecord):
+            mapping.registry.schema(schema_id)
 
 
 def _payloads(mapping: IngressMapping, context: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -94,34 +94,64 @@ def run(
     raise typer.Exit(1 if failed.is_set() else 0)
 
 
-def _sample_record(line: dict[str, Any], default_topic: str, offset: int) -> Any:
-    """A sample line as a source record: `value` (JSON, or a string; `value_base64` for bytes), `key`, `headers`."""
+def _sample_record(line: dict[str, Any], default_topic: str, offset: int, mapping: Any) -> Any:
+    """A sample line as a source record: `value` (JSON, or a string; `value_base64` for bytes), `key` (`key_base64`),
+    `headers`. With a registry, `schema_id` (`key_schema_id`) writes `value` (`key`) in Confluent's wire format
+    with that schema, fetched from the registry, as a producer with Confluent's serializer would."""
     from ostinato.connectors.ingress_mapping import Record
 
     if "value_base64" in line:
         value: bytes | None = base64.b64decode(line["value_base64"])
+    elif "schema_id" in line:
+        value = _framed(mapping, int(line["schema_id"]), line.get("value"))
     elif "value" in line:
         raw = line["value"]
         value = None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw)).encode()
     else:
         value = None
-    key = line.get("key")
+    if "key_base64" in line:
+        key: bytes | None = base64.b64decode(line["key_base64"])
+    elif "key_schema_id" in line:
+        key = _framed(mapping, int(line["key_schema_id"]), line.get("key"))
+    else:
+        key = None if line.get("key") is None else str(line["key"]).encode()
     headers = tuple((str(k), str(v).encode()) for k, v in (line.get("headers") or {}).items())
     return Record(line.get("topic", default_topic), int(line.get("partition", 0)), int(line.get("offset", offset)),
-                  None if key is None else str(key).encode(), value, headers)
+                  key, value, headers)
+
+
+class _UnknownSampleSchema(ValueError):
+    """The sample names a schema id the registry does not have: such a record would be a dead letter."""
+
+
+def _framed(mapping: Any, schema_id: int, datum: Any) -> bytes:
+    from ostinato.connectors import schema_registry
+
+    if mapping.registry is None:
+        raise ValueError("schema_id needs a mapping with a `registry`")
+    try:
+        schema = mapping.registry.schema(schema_id)
+    except schema_registry.BadRecord as exc:
+        raise _UnknownSampleSchema(str(exc)) from None
+    try:
+        return schema_registry.encode(schema_id, schema, datum)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"the sample does not fit schema id {schema_id}: {type(exc).__name__}: {exc}") from None
 
 
 @app.command("check")
 def check(
     config: ConfigArg,
-    sample: Annotated[Path, typer.Option("--sample", exists=True, dir_okay=False,
-                                         help="JSON Lines: {\"value\": ..., \"key\": ..., \"headers\": {...}}")],
+    sample: Annotated[Path, typer.Option("--sample", exists=True, dir_okay=False, help=(
+        "JSON Lines: {\"value\": ..., \"key\": ..., \"headers\": {...}}; raw bytes as value_base64/key_base64; "
+        "with a registry, {\"schema_id\": N, \"value\": ...} is written with schema N in Confluent's wire format"))],
     mapping_name: Annotated[str, typer.Option("--mapping", help="Which mapping (default: the first).")] = "",
     shards: Annotated[int, typer.Option(help="The cluster's shard count (for the partition shown).")] = 4,
 ) -> None:
     """Show, for every sample record, the command it would become or why it would be a dead letter. Exits 1 when
     any sample would be a dead letter."""
     from ostinato.connectors.ingress_mapping import Unmappable, translate
+    from ostinato.connectors.schema_registry import RegistryUnavailable
 
     mappings = _load(config).mappings
     chosen = [m for m in mappings if not mapping_name or m.name == mapping_name]
@@ -134,16 +164,19 @@ def check(
         if not text.strip():
             continue
         try:
-            record = _sample_record(json.loads(text), mapping.topic, number - 1)
-        except (ValueError, TypeError, AttributeError) as exc:
-            err_console.print(f"[red]error:[/red] {sample}:{number}: not a sample line: {exc}")
-            raise typer.Exit(2) from None
-        try:
+            record = _sample_record(json.loads(text), mapping.topic, number - 1, mapping)
             command = translate(mapping, record, shards, 0)
-        except Unmappable as why:
+        except (Unmappable, _UnknownSampleSchema) as why:
             dead += 1
             console.print(f"{number}: dead letter to {mapping.dead_letters}: {why}")
             continue
+        except RegistryUnavailable as exc:
+            err_console.print(f"[red]error:[/red] {sample}:{number}: {exc} (the ingress would wait and retry, not "
+                              "dead-letter the record)")
+            raise typer.Exit(2) from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            err_console.print(f"[red]error:[/red] {sample}:{number}: not a sample line: {exc}")
+            raise typer.Exit(2) from None
         _, decoded = codec.decode(command.value)
         kind, body = decoded["body"]
         console.print(f"{number}: {wire.short_name(kind)} {decoded['namespace']}/{decoded['workflow_id']} "

@@ -52,3 +52,42 @@ def test_all_samples_mapping_exit_zero(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["ingress", "check", str(tmp_path / "ingress.yaml"),
                                       "--sample", str(tmp_path / "sample.jsonl")])
     assert result.exit_code == 0, result.output
+
+
+def test_check_reads_confluent_framed_samples_through_the_registry(tmp_path: Path) -> None:
+    """With a registry, a sample is either the record's bytes (value_base64, as a consumer prints them) or a
+    readable value with the schema id to write it with, as Confluent's serializer would."""
+    import base64
+
+    from fastavro import parse_schema
+
+    from ostinato.connectors.schema_registry import encode
+    from tests.tools.schema_registry import StandInRegistry, register
+
+    schema = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+    registry = StandInRegistry().start()
+    try:
+        schema_id = register(registry.url, "shop.orders-value", schema)
+        (tmp_path / "ingress.yaml").write_text(f"registry: {registry.url}\n" + CONFIG.replace(
+            "    task_queue: orders\n", "    task_queue: orders\n    format: avro\n"))
+        framed = base64.b64encode(encode(schema_id, parse_schema(schema), {"id": 8})).decode()
+        (tmp_path / "sample.jsonl").write_text("\n".join([
+            json.dumps({"schema_id": schema_id, "value": {"id": 7}}),
+            json.dumps({"value_base64": framed}),
+            json.dumps({"schema_id": 99, "value": {"id": 1}}),
+            json.dumps({"value": {"id": 1}}),
+        ]))
+        args = ["ingress", "check", str(tmp_path / "ingress.yaml"), "--sample", str(tmp_path / "sample.jsonl")]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1, result.output
+        lines = result.output.splitlines()
+        assert lines[0].startswith("1: StartWorkflowExecution default/order-7 ") and '"input": [{"id": 7}]' in lines[0]
+        assert lines[1].startswith("2: StartWorkflowExecution default/order-8 ")
+        assert lines[2].startswith("3: dead letter to shop.orders.dlq: schema id 99 is not in the schema registry")
+        assert lines[3].startswith("4: dead letter to shop.orders.dlq: the value is not in the Confluent wire format")
+        registry.stop()
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output  # an outage is not a dead letter: the check cannot tell
+        assert "is unavailable" in result.output and "would wait and retry" in result.output
+    finally:
+        registry.stop()
