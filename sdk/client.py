@@ -190,10 +190,11 @@ class Client:
             op._set_failed(error)
             raise
         if reply_type == REJECTED:
-            error = exc.WorkflowAlreadyStartedError(op.id, op.workflow_name, str(record["existing_run_id"])) \
-                if record["code"] == "ALREADY_STARTED" else exc.RPCError(record["message"], code=record["code"])
-            op._set_failed(error)
-            raise error
+            refused: exc.OstinatoError = exc.WorkflowAlreadyStartedError(
+                op.id, op.workflow_name, str(record["existing_run_id"])) if record["code"] == "ALREADY_STARTED" \
+                else exc.RPCError(record["message"], code=record["code"])
+            op._set_failed(refused)
+            raise refused
         workflow = WorkflowHandle(self, op.id, run_id=record["run_id"], first_execution_run_id=record["run_id"],
                                   result_type=op.result_type)
         op._set_handle(workflow)
@@ -501,10 +502,10 @@ def _update_call(update: str | Callable[..., Any], arg: Any, args: Sequence[Any]
     if isinstance(update, str):
         name, hint = update, None
     else:
-        name = getattr(update, defs.UPDATE_ATTR, None)
-        if not name:
+        found: str | None = getattr(update, defs.UPDATE_ATTR, None)
+        if not found:
             raise TypeError(f"{getattr(update, '__qualname__', update)!r} is not a @workflow.update method")
-        hint = defs._hints(update).get("return")
+        name, hint = found, defs._hints(update).get("return")
     if arg is not _NO_ARG and args:
         raise TypeError("pass the update's argument or args=[...], not both")
     return name, list(args or ([] if arg is _NO_ARG else [arg])), hint

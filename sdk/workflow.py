@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from ostinato.sdk import _context
 from ostinato.sdk import _definitions as defs
@@ -178,7 +178,7 @@ def update(fn: F | None = None, *, name: str | None = None, dynamic: bool = Fals
             setattr(check, defs.VALIDATOR_ATTR, update_name)
             return check
 
-        target.validator = validator
+        cast(Any, target).validator = validator  # `@<handler>.validator`, as in Temporal's SDK
         return target
 
     return wrap(fn) if fn is not None else wrap
