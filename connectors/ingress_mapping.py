@@ -5,11 +5,12 @@ source record into one command or one dead letter (`connectors/ingress.py` does 
 mappings:
   - name: orders                       # consumer group <prefix>-ingress-orders; names the metrics and request ids
     topic: shop.orders                 # the source topic
-    action: start                      # start | signal | signal-with-start
+    action: start                      # start | signal | signal-with-start | update | update-with-start
     workflow_id: "order-{value.id}"    # templates: {key} {value} {value.a.b} {headers.h} {topic} {partition} {offset}
     workflow_type: OrderWorkflow       # start and signal-with-start
     task_queue: orders                 # start and signal-with-start
     signal: "{value.kind}"             # signal and signal-with-start
+    update: "{value.kind}"             # update and update-with-start: the update's name (its id is the request id)
     input: value                       # value (the default) | value.<path> | none: the one argument passed
     format: json                       # json (the default) | avro: single-object encoding with `schema`, or
     schema: order.avsc                 #   Confluent's wire format with `registry` (the writer's schema by id)
@@ -51,7 +52,7 @@ from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 from ostinato.schemas.topics import MAX_RECORD_BYTES
 
-ACTIONS = ("start", "signal", "signal-with-start")
+ACTIONS = ("start", "signal", "signal-with-start", "update", "update-with-start")
 FORMATS = ("json", "avro")
 KEY_FORMATS = ("string", "avro")
 JSON_ENCODING = b"json/plain"  # the SDK's JSON payload converter: inputs arrive as the workflow's arguments
@@ -61,7 +62,8 @@ _POLICIES = {
                         "TERMINATE_IF_RUNNING"),
     "id_conflict_policy": ("UNSPECIFIED", "FAIL", "USE_EXISTING", "TERMINATE_EXISTING"),
 }
-_KEYS = {"name", "topic", "action", "workflow_id", "workflow_type", "task_queue", "signal", "input", "format",
+_KEYS = {"name", "topic", "action", "workflow_id", "workflow_type", "task_queue", "signal", "update", "input",
+         "format",
          "schema", "registry", "key_format", "namespace", "dead_letter_topic", *_POLICIES}
 _NOT_STRINGS = ("schema", "registry")
 
@@ -95,6 +97,7 @@ class IngressMapping:
     workflow_type: str = ""
     task_queue: str = ""
     signal: str = ""
+    update: str = ""
     input: str = "value"
     format: str = "json"
     namespace: str = "default"
@@ -216,7 +219,8 @@ def _mapping(entry: Any, index: int, base: Path, source: str, registries: _Regis
     if action not in ACTIONS:
         raise MappingError(f"{where}: action must be one of {', '.join(ACTIONS)}, not {action!r}")
     needs = {"start": ("workflow_type", "task_queue"), "signal": ("signal",),
-             "signal-with-start": ("workflow_type", "task_queue", "signal")}[action]
+             "signal-with-start": ("workflow_type", "task_queue", "signal"), "update": ("update",),
+             "update-with-start": ("workflow_type", "task_queue", "update")}[action]
     for required in needs:
         if not values.get(required):
             raise MappingError(f"{where}: action {action} needs `{required}`")
@@ -229,7 +233,10 @@ def _mapping(entry: Any, index: int, base: Path, source: str, registries: _Regis
     choice = values.get("input", "value")
     if choice not in ("value", "none") and not choice.startswith("value."):
         raise MappingError(f"{where}: input is value, value.<path> or none, not {choice!r}")
-    for name in ("workflow_id", "workflow_type", "task_queue", "signal", "namespace"):
+    if action == "update-with-start" and values.get("id_conflict_policy", "USE_EXISTING") not in (
+            "USE_EXISTING", "FAIL"):
+        raise MappingError(f"{where}: update-with-start takes id_conflict_policy USE_EXISTING (the default) or FAIL")
+    for name in ("workflow_id", "workflow_type", "task_queue", "signal", "update", "namespace"):
         if name in values:
             _check_template(values[name], f"{where}: {name}")
     key_format = values.get("key_format", "string")
@@ -422,9 +429,15 @@ def translate(mapping: IngressMapping, record: Record, shards: int, now_ms: int)
     namespace = _non_empty(mapping, "namespace", context)
     workflow_id = _non_empty(mapping, "workflow_id", context)
     args = _payloads(mapping, context)
+    rid = request_id(mapping, record)
+    # An update's id is the record's request id: a record read again after a crash joins the same update.
+    update = {"update_id": rid, "name": _non_empty(mapping, "update", context), "input": args, "header": {},
+              "first_execution_run_id": ""} if mapping.action.startswith("update") else {}
     if mapping.action == "signal":
         body: tuple[str, dict[str, Any]] = ("SignalWorkflowExecution", {
             "signal_name": _non_empty(mapping, "signal", context), "input": args, "header": {}, "external": None})
+    elif mapping.action == "update":
+        body = ("UpdateWorkflowExecution", update)
     else:
         start = {
             "workflow_type": _non_empty(mapping, "workflow_type", context),
@@ -435,11 +448,14 @@ def translate(mapping: IngressMapping, record: Record, shards: int, now_ms: int)
             "search_attributes": {}, "header": {}, "parent": None}
         if mapping.action == "start":
             body = ("StartWorkflowExecution", start)
+        elif mapping.action == "update-with-start":
+            body = ("UpdateWithStartWorkflowExecution", {"start": {
+                **start, "id_conflict_policy": "FAIL" if mapping.id_conflict_policy == "FAIL" else "USE_EXISTING"},
+                "update": update})
         else:
             body = ("SignalWithStartWorkflowExecution", {
                 "start": start, "signal_name": _non_empty(mapping, "signal", context), "signal_input": args,
                 "signal_header": {}})
-    rid = request_id(mapping, record)
     command = wire.command(namespace, workflow_id, body, request_id=rid, identity=f"ingress/{mapping.name}",
                            time_ms=now_ms)
     try:

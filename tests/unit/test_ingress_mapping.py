@@ -85,6 +85,26 @@ def test_signal_with_start_carries_the_start_and_the_signal() -> None:
     assert [json.loads(p["data"]) for p in body["signal_input"]] == ["A-1"]
 
 
+def test_updates_take_their_name_from_a_template_and_their_id_from_where_the_record_is() -> None:
+    mapping = _one(action="update", update="{value.kind}", input="value.item", workflow_type="", task_queue="")
+    record = _decoded(translate(mapping, _record({"id": 3, "kind": "add", "item": "kettle"}, offset=9), 4, 0))
+    kind, body = record["body"]
+    assert kind == wire.command_type("UpdateWorkflowExecution") and record["workflow_id"] == "order-3"
+    assert body["name"] == "add" and body["update_id"] == "ingress/orders/shop.orders/2/9" == record["request_id"]
+    assert [json.loads(p["data"]) for p in body["input"]] == ["kettle"]
+
+
+def test_update_with_start_uses_the_running_workflow_unless_told_to_fail() -> None:
+    mapping = _one(action="update-with-start", update="add")
+    _, body = _decoded(translate(mapping, _record({"id": 4}), 4, 0))["body"]
+    assert body["start"]["workflow_type"] == "OrderWorkflow" and body["start"]["id_conflict_policy"] == "USE_EXISTING"
+    assert body["update"]["name"] == "add" and body["start"]["input"] == []
+    with pytest.raises(MappingError, match="USE_EXISTING"):
+        _one(action="update-with-start", update="add", id_conflict_policy="TERMINATE_EXISTING")
+    with pytest.raises(MappingError, match="needs `update`"):
+        _one(action="update")
+
+
 @pytest.mark.parametrize(("value", "reason"), [
     (b"not json", "not JSON"),
     ({"no_id": 1}, "no value.id"),
