@@ -103,7 +103,35 @@ class Idle:
         await workflow.wait_condition(lambda: self.released)
 
 
-WORKFLOWS = [Hello, Seq10, Fanout100, Sleep1s, SignalWait, Idle]
+@workflow.defn(name="counter")
+class Counter:
+    """bench/updates.py: adds what each update asks, refusing negative amounts (validator), until "go"."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.released = False
+
+    @workflow.update
+    def add(self, amount: int) -> int:
+        self.total += amount
+        return self.total
+
+    @add.validator
+    def check_add(self, amount: int) -> None:
+        if amount < 0:
+            raise ValueError("amounts are not negative")
+
+    @workflow.signal
+    def go(self) -> None:
+        self.released = True
+
+    @workflow.run
+    async def run(self) -> int:
+        await workflow.wait_condition(lambda: self.released)
+        return self.total
+
+
+WORKFLOWS = [Hello, Seq10, Fanout100, Sleep1s, SignalWait, Idle, Counter]
 ACTIVITIES = [greet, step]
 
 

@@ -187,6 +187,25 @@ def test_a_run_shows_its_pending_activity_and_history_answers_a_query_and_finish
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
 
 
+def test_an_update_asks_first_then_shows_its_result_or_why_it_was_rejected(served: ServerProcess,
+                                                                          page: Page) -> None:
+    workflow_id = start_parcel(served)
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: asked.append(dialog.message))
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")
+    expect(page.locator("#run-status")).to_have_text("RUNNING")
+    page.locator("#update-name").fill("redirect")
+    page.locator("#update-args").fill('""')
+    page.get_by_role("button", name="Send update").click()
+    expect(page.locator("#update-failure")).to_contain_text("a redirect needs an address")
+    assert asked and asked[0].startswith("Send this update")
+    page.locator("#update-args").fill('["the porch"]')
+    page.get_by_role("button", name="Send update").click()
+    expect(page.locator("#update-answer")).to_have_text('"redirected to the porch"')
+    expect(page.locator("#run-status")).to_have_text("COMPLETED")
+    expect(page.locator("#history-table")).to_contain_text("WORKFLOW_EXECUTION_UPDATE_COMPLETED")
+
+
 def test_terminate_asks_first_and_shows_the_reason(served: ServerProcess, page: Page) -> None:
     workflow_id = start_parcel(served)
     asked: list[str] = []

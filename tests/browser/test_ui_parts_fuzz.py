@@ -66,8 +66,9 @@ def test_the_run_parts(server: ServerProcess, wf: str, run_id: str, token: str, 
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(wf=TEXT, action=st.sampled_from(["signal", "query", "cancel", "terminate"]),
-       form=st.dictionaries(st.sampled_from(["signal_name", "query_type", "args", "reason", "run_id"]), TEXT))
+@given(wf=TEXT, action=st.sampled_from(["signal", "query", "update", "cancel", "terminate"]),
+       form=st.dictionaries(st.sampled_from(["signal_name", "query_type", "update_name", "args", "reason", "run_id"]),
+                            TEXT))
 def test_the_actions(server: ServerProcess, wf: str, action: str, form: dict[str, str]) -> None:
     assert status_of(f"{server.url}/ui-parts/namespaces/default/workflows/{seg(wf)}/{action}", form) < 500
 

@@ -35,6 +35,16 @@ class Parcel:
     def where(self) -> str:
         return self.delivered_to or "in the depot"
 
+    @workflow.update
+    def redirect(self, to: str) -> str:
+        self.delivered_to = to
+        return f"redirected to {to}"
+
+    @redirect.validator
+    def check_redirect(self, to: str) -> None:
+        if not to:
+            raise ValueError("a redirect needs an address")
+
     @workflow.run
     async def run(self, order: dict[str, Any]) -> dict[str, Any]:
         workflow.start_activity(weigh, order, task_queue=NOBODY, start_to_close_timeout=timedelta(hours=1))

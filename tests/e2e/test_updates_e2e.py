@@ -60,6 +60,11 @@ def test_updates_through_the_sdk_the_api_and_the_cli(kafka: KafkaCluster, topic_
 
         history = asyncio.run(asyncio.wait_for(sdk(), 120))
         assert [kind for kind, _ in updates_in(history)] == ["ACCEPTED", "COMPLETED"] * 2
+        # What is in the history topic replays with today's code (the handlers run again where they were accepted).
+        replayed = run_cli("replay", "tests.e2e.update_app:WORKFLOWS", "--from-kafka", "--kafka", kafka.bootstrap,
+                           "--prefix", topic_prefix, "-o", "json")
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert json.loads(replayed.stdout)["replayed"] == 1
 
         opts = ["--server", server.url]
         cli = run_cli("workflow", "update", wf, "add", "--input", '"plum"', "-o", "json", *opts)

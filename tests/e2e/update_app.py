@@ -46,3 +46,4 @@ class Cart:
 
 
 worker = {"task_queue": "cart-q", "workflows": [Cart], "activities": [price]}
+WORKFLOWS = [Cart]

@@ -77,6 +77,8 @@ class ApiClient:
                                                  allow_redirects=False, ssl=self._ssl) as resp:
                     if resp.status in REDIRECTS and "Location" in resp.headers:
                         url, params = urljoin(url, resp.headers["Location"]), None  # the target carries the query
+                        if resp.status == 303:  # See Other (an update's wait): GET it, without the body
+                            method, body = "GET", None
                         continue
                     try:
                         payload = await resp.json(content_type=None)

@@ -33,7 +33,8 @@ TIMELINE_BARS = 40  # a compact timeline: a run that fans out to hundreds of tim
 DOWNLOAD_PAGE_SIZE = 1000
 CHILD_EVENTS_PAGE = 1000  # child events read for the children table (about three per child)
 CHAIN_LIMIT = 20  # runs of a continue-as-new chain shown each way from the one on the page
-ACTIONS = ("signal", "query", "cancel", "terminate")
+ACTIONS = ("signal", "query", "update", "cancel", "terminate")
+UPDATE_WAIT_MS = 10_000  # the page waits this long for an update to complete, then says it is still running
 
 API = web.AppKey("ui_api", ApiClient)
 TEMPLATES = web.AppKey("ui_templates", jinja2.Environment)
@@ -309,6 +310,12 @@ async def action_part(request: web.Request) -> web.Response:
                         input=_json_args(str(form.get("args", ""))))
             if not body["signal_name"]:
                 raise _BadForm("a signal needs a name")
+        elif action == "update":
+            name = str(form.get("update_name", "")).strip()
+            if not name:
+                raise _BadForm("an update needs a name")
+            body.update(input=_json_args(str(form.get("args", ""))), wait_stage="COMPLETED",
+                        timeout_ms=UPDATE_WAIT_MS)
         elif action == "query":
             body.update(query_type=str(form.get("query_type", "")).strip(), args=_json_args(str(form.get("args", ""))))
             if not body["query_type"]:
@@ -317,9 +324,14 @@ async def action_part(request: web.Request) -> web.Response:
             body["reason"] = str(form.get("reason", ""))
     except _BadForm as exc:
         return render(request, "parts/action.html", http_status=400, action=action, error=str(exc), answer=None)
-    answer = await request.app[API].post(request, f"{_run_base(request)}/{action}", body)
+    path = f"updates/{q(form.get('update_name', ''))}" if action == "update" else action
+    answer = await request.app[API].post(request, f"{_run_base(request)}/{path}", body)
+    result = present.pretty(answer.body.get("result")) if answer.ok and action == "query" else ""
+    outcome = answer.body.get("outcome") if answer.ok and action == "update" else None
+    if outcome is not None and "result" in outcome:
+        result = present.pretty(outcome["result"])
     response = render(request, "parts/action.html", http_status=answer.status, action=action, error="", answer=answer,
-                      result=present.pretty(answer.body.get("result")) if answer.ok and action == "query" else "")
+                      result=result, outcome=outcome, stage=answer.body.get("stage", ""))
     if answer.ok and action != "query":
         response.headers["HX-Trigger"] = "ostinato-run-changed"  # the run and its history show what happened
     return response
