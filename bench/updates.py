@@ -64,7 +64,7 @@ async def run(args: argparse.Namespace) -> None:
 
         async def rejected() -> None:
             try:
-                await handle.execute_update("add", -1)
+                await asyncio.wait_for(handle.execute_update("add", -1), 30)
             except WorkflowUpdateFailedError:
                 return
             raise AssertionError("the validator should have refused a negative amount")

@@ -84,7 +84,7 @@ class ProcessorOptions:
     restore_write_every: int = 5_000
     config: Config = field(default_factory=Config)
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
-    on_history: Callable[[set[bytes]], None] | None = None  # after each commit: runs (`ns/wf/run`) that gained events
+    on_history: Callable[[set[bytes]], None] | None = None  # after each commit: runs (`ns/wf/run`) it changed
 
     @classmethod
     def from_env(cls, data_dir: Path, read_endpoint: str = "") -> ProcessorOptions:

@@ -363,8 +363,12 @@ class Shard:
         self.reset()
 
     def grown_runs(self) -> set[bytes]:
-        """The runs (state keys `ns/wf/run`) this batch added history to, for readers waiting on them."""
-        return {key.rpartition(b"/")[0] for key, value in self.writes[Family.HISTORY].items() if value is not None}
+        """The runs (state keys `ns/wf/run`) this batch added history to or changed the state of, for readers
+        waiting on them: a history long-poll, or a caller waiting for an update's stage (a rejected update changes
+        the run's state and writes no event)."""
+        grown = {key.rpartition(b"/")[0] for key, value in self.writes[Family.HISTORY].items() if value is not None}
+        grown.update(key for key in self.writes[Family.STATE] if key.count(b"/") == 2)  # runs, not pointers
+        return grown
 
     def reset(self) -> None:
         """Forget the batch (after the store write, or after an abort)."""
