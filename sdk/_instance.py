@@ -136,6 +136,7 @@ class WorkflowInstance:
         self.last_started_event_id = 0  # the last workflow task this instance answered (live or replayed)
         self.memo: dict[str, Record] = {}  # the run's memo as payloads: from its start, changed by upsert_memo
         self.closed = False
+        self.cancel_requested = False  # the run was asked to cancel: a failure the cancellation caused cancels it
         self._seq: dict[str, int] = {}
         self._new: list[_Pending] = []  # commands of the activation running now
         self._expected: list[_Pending] = []  # commands of the last activation, waiting for their events
@@ -317,6 +318,7 @@ class WorkflowInstance:
         elif kind == "WORKFLOW_EXECUTION_SIGNALED":
             self._signal(attrs["signal_name"], attrs["input"])
         elif kind == "WORKFLOW_EXECUTION_CANCEL_REQUESTED":
+            self.cancel_requested = True
             if self.main is not None and not self.main.done():
                 self.main.cancel()
         elif kind == "TIMER_FIRED":
@@ -353,7 +355,10 @@ class WorkflowInstance:
             self._close("CompleteWorkflowExecutionCommand", {"result": self.converter.encode([task.result()])})
         elif isinstance(error, ContinueAsNew):
             self._close("ContinueAsNewWorkflowExecutionCommand", error.body)
-        elif isinstance(error, asyncio.CancelledError | exc.CancelledError):
+        elif isinstance(error, asyncio.CancelledError | exc.CancelledError) or (
+                self.cancel_requested and _caused_by_cancellation(error)):
+            # Temporal's rule: a run asked to cancel whose code fails because of it (an activity or child that
+            # was cancelled in turn) is cancelled, not failed.
             self._close("CancelWorkflowExecutionCommand", {"details": []})
         elif isinstance(error, exc.FailureError):
             self._close("FailWorkflowExecutionCommand", {"failure": self.converter.encode_failure(error)})
@@ -529,6 +534,12 @@ class WorkflowInstance:
             return self.converter.encode([handler(self.obj, *values)])
         finally:
             _context.set_running(None)
+
+
+def _caused_by_cancellation(error: BaseException) -> bool:
+    """An activity's or a child's error whose cause is a cancellation (Temporal's `is_cancelled_exception`)."""
+    return isinstance(error, exc.ActivityError | exc.ChildWorkflowError) and isinstance(
+        error.__cause__ or getattr(error, "cause", None), exc.CancelledError)
 
 
 def _family(event_type: str) -> str:

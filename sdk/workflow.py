@@ -29,6 +29,7 @@ from ostinato.sdk.common import RetryPolicy, to_ms
 
 __all__ = [
     "ActivityCancellationType",
+    "ChildWorkflowCancellationType",
     "ChildWorkflowHandle",
     "ExternalWorkflowHandle",
     "HandlerUnfinishedPolicy",
@@ -81,6 +82,16 @@ class ActivityCancellationType(StrEnum):
     TRY_CANCEL = "TRY_CANCEL"  # ask the activity to stop and raise CancelledError in the workflow at once
     WAIT_CANCELLATION_COMPLETED = "WAIT_CANCELLATION_COMPLETED"  # ask, and wait until the activity has stopped
     ABANDON = "ABANDON"  # do not tell the activity; raise CancelledError in the workflow at once
+
+
+class ChildWorkflowCancellationType(StrEnum):
+    """What cancelling the wait for a child (its handle's `cancel()`, or the parent's own cancellation reaching the
+    `await`) does; Temporal's names, and its default, WAIT_CANCELLATION_COMPLETED."""
+
+    ABANDON = "ABANDON"  # do not tell the child; the wait raises CancelledError at once
+    TRY_CANCEL = "TRY_CANCEL"  # ask the child to cancel; the wait raises CancelledError at once
+    WAIT_CANCELLATION_COMPLETED = "WAIT_CANCELLATION_COMPLETED"  # ask, and wait for the child's own outcome
+    WAIT_CANCELLATION_REQUESTED = "WAIT_CANCELLATION_REQUESTED"  # ask, and raise once the child has the request
 
 
 class ParentClosePolicy(StrEnum):
@@ -561,13 +572,19 @@ class _Activity:
 # -- child workflows and other workflows ------------------------------------------------------------------------
 
 class ChildWorkflowHandle:
-    """A started child: await it for its result; `id` and `run_id` name it."""
+    """A started child: await it for its result; `id` and `run_id` name it; `cancel()` asks it to cancel, as its
+    cancellation type says (the parent's own cancellation reaching an `await` of the handle does the same)."""
 
-    def __init__(self, instance: runtime.WorkflowInstance, body: Record, hint: Any) -> None:
+    def __init__(self, instance: runtime.WorkflowInstance, body: Record, hint: Any,
+                 cancellation_type: ChildWorkflowCancellationType = (
+                     ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED)) -> None:
         self.instance = instance
         self.id = body["workflow_id"]
         self.run_id = ""
         self.hint = hint
+        self.cancellation_type = ChildWorkflowCancellationType(cancellation_type)
+        self._cancelled = False  # cancel() was called, or a wait on the handle was cancelled
+        self._requested: asyncio.Future[None] | None = None  # the cancel request, once sent
         self.started: asyncio.Future[None] = instance.loop.create_future()
         self.result_future: asyncio.Future[Any] = instance.loop.create_future()
         self.body = body
@@ -609,7 +626,49 @@ class ChildWorkflowHandle:
             workflow_type=self.body["workflow_type"], retry_state=attrs.get("retry_state", ""), cause=cause))
 
     def __await__(self) -> Any:
-        return self.result_future.__await__()
+        return self._outcome().__await__()
+
+    def cancel(self) -> bool:
+        """Ask the child to cancel (unless the cancellation type is ABANDON); False when it already finished or was
+        asked. Awaiting the handle then raises CancelledError, or (WAIT_CANCELLATION_COMPLETED, the default) gives
+        the child's own outcome: a ChildWorkflowError caused by its cancellation, unless it finished otherwise."""
+        if self.result_future.done() or self._cancelled:
+            return False
+        self._cancelled = True
+        if self.cancellation_type != ChildWorkflowCancellationType.ABANDON:
+            self._request_cancel()
+        return True
+
+    async def _outcome(self) -> Any:
+        kind = self.cancellation_type
+        if not self._cancelled:
+            try:
+                return await asyncio.shield(self.result_future)
+            except asyncio.CancelledError:
+                if self.result_future.done():
+                    raise
+                self.cancel()  # the wait was cancelled (the parent is): the child is asked as its type says
+        if kind in (ChildWorkflowCancellationType.ABANDON, ChildWorkflowCancellationType.TRY_CANCEL) \
+                and not self.result_future.done():
+            raise asyncio.CancelledError()
+        if kind == ChildWorkflowCancellationType.WAIT_CANCELLATION_REQUESTED and not self.result_future.done():
+            assert self._requested is not None
+            await self._requested
+            raise asyncio.CancelledError()
+        return await self.result_future
+
+    def _request_cancel(self) -> None:
+        requested: asyncio.Future[None] = self.instance.loop.create_future()
+        self._requested = requested
+
+        def resolved(event: Record) -> None:
+            if not requested.done():
+                requested.set_result(None)  # delivered, or the child was gone already: either way, not waiting on
+
+        self.instance.command("RequestCancelExternalWorkflowExecutionCommand", {
+            "namespace": self.body["namespace"], "execution": {"workflow_id": self.id, "run_id": self.run_id},
+            "child_workflow_only": True, "reason": "cancelled by its parent"},
+            lambda event: self.instance.on("external", event["event_id"], resolved))
 
     async def signal(self, signal_name: str | Callable[..., Any], *args: Any) -> None:
         await get_external_workflow_handle(self.id, self.run_id).signal(signal_name, *args)
@@ -620,7 +679,10 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
                                run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
                                parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
                                retry_policy: RetryPolicy | None = None, memo: dict[str, Any] | None = None,
-                               result_type: Any = None, args: Sequence[Any] | None = None) -> ChildWorkflowHandle:
+                               result_type: Any = None, args: Sequence[Any] | None = None,
+                               cancellation_type: ChildWorkflowCancellationType = (
+                                   ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED),
+                               ) -> ChildWorkflowHandle:
     """Start a child workflow and return once it has started (raises WorkflowAlreadyStartedError if its id is
     taken). Arguments go positionally or, as in Temporal's SDK, as `args=[...]`."""
     instance = runtime.current()
@@ -642,7 +704,7 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()}, "search_attributes": {},
         "header": {},
     }
-    handle = ChildWorkflowHandle(instance, body, result_type or hint)
+    handle = ChildWorkflowHandle(instance, body, result_type or hint, cancellation_type)
     await handle.started
     return handle
 

@@ -5,6 +5,7 @@ server standing in for an Ostinato server."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -113,13 +114,18 @@ PROGRAMS = {
 }
 
 
+SLOW_CALLBACK = re.compile(r"Executing <.*> took [0-9.]+ seconds$")
+
+
 @pytest.mark.parametrize("program", list(PROGRAMS))
 def test_a_client_leaves_no_unclosed_session_behind(program: str) -> None:
     source = SERVER + textwrap.dedent(PROGRAMS[program])
     done = subprocess.run([sys.executable, "-X", "dev", "-W", "error::ResourceWarning", "-c", source],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    # `-X dev` turns on asyncio's debug mode, which also reports callbacks slower than 0.1 s: timing on a loaded
+    # machine, not a warning about what the client left behind.
+    assert [line for line in done.stderr.splitlines() if not SLOW_CALLBACK.match(line)] == []
     assert "Unclosed" not in done.stdout
     lines = done.stdout.split()
     assert lines[0] == "RPCError"
