@@ -104,6 +104,11 @@ class _Pending:
     on_event: Callable[[Record], None] | None = None
 
 
+class ReadOnlyContextError(exc.OstinatoError):
+    """Workflow code that may not change anything (a query handler, an update validator) tried to: a command,
+    `workflow.random()`, `uuid4()` or `patched()`. Temporal's name (`workflow.ReadOnlyContextError`)."""
+
+
 class ContinueAsNew(BaseException):
     def __init__(self, body: Record) -> None:
         super().__init__("continue as new")
@@ -137,6 +142,9 @@ class WorkflowInstance:
         self.memo: dict[str, Record] = {}  # the run's memo as payloads: from its start, changed by upsert_memo
         self.closed = False
         self.cancel_requested = False  # the run was asked to cancel: a failure the cancellation caused cancels it
+        self.read_only: str = ""  # what runs now that may not change the workflow (a validator, a query)
+        self._defer_main = False
+        self._main_coro: Any = None  # the run coroutine, while updates of the first activation go first
         self._seq: dict[str, int] = {}
         self._new: list[_Pending] = []  # commands of the activation running now
         self._expected: list[_Pending] = []  # commands of the last activation, waiting for their events
@@ -268,11 +276,17 @@ class WorkflowInstance:
         _guards.install()
         _context.set_running(self)
         try:
+            # An activation that starts the run and carries updates runs their handlers before the workflow's `run`
+            # (Temporal's order), so an update-with-start is handled before `run` can finish without it.
+            self._defer_main = bool(updates)
             for job in jobs:
                 if not self.closed:
                     self._apply(job)
             for request in updates or ():
                 self._update(request, validate=not replaying)
+            self._defer_main = False
+            if self._main_coro is not None:
+                self._create_main(self._main_coro)
             self._run()
         except (exc.NondeterminismError, exc.RestrictedWorkflowAccessError) as error:
             self._task_failure = error
@@ -343,7 +357,15 @@ class WorkflowInstance:
         self.memo = dict(attrs["memo"])
         self.obj = self.defn.cls()
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
-        self.main = self.loop.create_task(self.defn.run(self.obj, *args), name="workflow.run")
+        coro = self.defn.run(self.obj, *args)
+        if self._defer_main:
+            self._main_coro = coro
+        else:
+            self._create_main(coro)
+
+    def _create_main(self, coro: Any) -> None:
+        self._main_coro = None
+        self.main = self.loop.create_task(coro, name="workflow.run")
         self.main.add_done_callback(self._main_done)
 
     def _main_done(self, task: asyncio.Task[Any]) -> None:
@@ -419,7 +441,11 @@ class WorkflowInstance:
                                          self.defn.arg_hints(handler)[:len(request["input"])])
             validator = self.defn.validators.get("" if dynamic else name)
             if validate and validator is not None:
-                validator(self.obj, *((name, args) if dynamic else args))
+                self.read_only = f"the validator of update {name!r}"
+                try:
+                    validator(self.obj, *((name, args) if dynamic else args))
+                finally:
+                    self.read_only = ""
         except Exception as error:
             if not validate:
                 raise
@@ -432,7 +458,9 @@ class WorkflowInstance:
                 result = handler(self.obj, *((name, args) if dynamic else args))
                 if asyncio.iscoroutine(result):
                     result = await result
-            except exc.FailureError as failure:
+            except (exc.FailureError, asyncio.CancelledError) as error:
+                failure = error if isinstance(error, exc.FailureError) else \
+                    exc.CancelledError("update handler cancelled")
                 if not self.closed:
                     self.command("CompleteUpdateCommand", {"update_id": update_id, "result": [],
                                                            "failure": self.converter.encode_failure(failure)})
@@ -466,7 +494,13 @@ class WorkflowInstance:
         self._seq[kind] = self._seq.get(kind, 0) + 1
         return self._seq[kind]
 
+    def check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyContextError(f"{what} in {self.read_only}: it may not change the workflow (nor draw from "
+                                       "its random numbers), since replay does not run it")
+
     def command(self, name: str, body: Record, on_event: Callable[[Record], None] | None = None) -> _Pending:
+        self.check_writable(name.rpartition(".")[2].removesuffix("Command"))
         if self.closed and command_type(name) not in CLOSING:
             raise exc.ApplicationError("the workflow already closed: no more commands") from None
         pending = _Pending(command_type(name), body, on_event)
@@ -530,9 +564,11 @@ class WorkflowInstance:
             raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
         values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
         _context.set_running(self)
+        self.read_only = f"query {name!r}"
         try:
             return self.converter.encode([handler(self.obj, *values)])
         finally:
+            self.read_only = ""
             _context.set_running(None)
 
 

@@ -61,7 +61,9 @@ class WorkflowTaskHandler:
             self.failures.failed(task, outcome.failure, outcome.cause)
             return self._failed(task, outcome.failure, outcome.cause)
         self.failures.completed(task)
-        if instance.closed:
+        if instance.closed or (outcome.rejected_updates and not outcome.commands):
+            # Closed; or an answer that only rejects updates, after which the engine may write nothing (a
+            # speculative task): this copy has seen a task history will not have, so the next task replays.
             self.cache.pop(task["run_id"], None)
         else:
             self.cache[task["run_id"]] = instance

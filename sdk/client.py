@@ -161,7 +161,9 @@ class Client:
             if record["code"] == "ALREADY_STARTED":
                 raise exc.WorkflowAlreadyStartedError(id, name, str(record["existing_run_id"]))
             raise exc.RPCError(record["message"], code=record["code"])
-        return WorkflowHandle(self, id, run_id=record["run_id"], first_execution_run_id=record["run_id"],
+        # An existing run (USE_EXISTING) may have continued from another: its chain's first run is not known here.
+        return WorkflowHandle(self, id, run_id=record["run_id"],
+                              first_execution_run_id=record["run_id"] if record["started"] else "",
                               result_type=result_type or hint)
 
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, **options: Any) -> Any:
@@ -195,7 +197,8 @@ class Client:
                 else exc.RPCError(record["message"], code=record["code"])
             op._set_failed(refused)
             raise refused
-        workflow = WorkflowHandle(self, op.id, run_id=record["run_id"], first_execution_run_id=record["run_id"],
+        workflow = WorkflowHandle(self, op.id, run_id=record["run_id"],
+                                  first_execution_run_id=record["run_id"] if record["started"] else "",
                                   result_type=op.result_type)
         op._set_handle(workflow)
         handle = WorkflowUpdateHandle(self, update_id, name, op.id, workflow_run_id=record["run_id"],
@@ -436,11 +439,12 @@ class WorkflowUpdateHandle:
                                    code="not_found")
             self._status = status
             self.workflow_run_id = status["run_id"]
-            if status["outcome"] is not None and "failure" in status["outcome"]:
-                raise WorkflowUpdateFailedError(self.client.data_converter.decode_failure(status["outcome"]["failure"]))
-            if status["run_closed"]:
-                raise exc.RPCError(f"workflow {self.workflow_id!r} closed before update {self.id!r} completed: it "
-                                   "never will", status=404, code="workflow_closed")
+            failure = (status["outcome"] or {}).get("failure")
+            if failure is not None and status["rejected"] and failure.get("type") == "WorkflowClosed":
+                raise exc.RPCError("workflow execution already completed (before it accepted the update)",
+                                   status=404, code="not_found")
+            if failure is not None and (status["rejected"] or stage == WorkflowUpdateStage.COMPLETED):
+                raise WorkflowUpdateFailedError(self.client.data_converter.decode_failure(failure))
             if WorkflowUpdateStage[status["stage"]] >= stage:
                 return status
 
@@ -449,7 +453,10 @@ class WorkflowUpdateHandle:
         status = self._status
         if status is None or status["stage"] != "COMPLETED":
             status = await self._wait(WorkflowUpdateStage.COMPLETED, rpc_timeout)
-        return self.client.data_converter.decode_one(status["outcome"]["result"], self.result_type)
+        outcome = status["outcome"]
+        if "failure" in outcome:
+            raise WorkflowUpdateFailedError(self.client.data_converter.decode_failure(outcome["failure"]))
+        return self.client.data_converter.decode_one(outcome["result"], self.result_type)
 
 
 class WithStartWorkflowOperation:

@@ -23,7 +23,7 @@ from ostinato.sdk import _context
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import _instance as runtime
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk._instance import ContinueAsNew, WorkflowInfo
+from ostinato.sdk._instance import ContinueAsNew, ReadOnlyContextError, WorkflowInfo
 from ostinato.sdk._wait import as_completed, wait
 from ostinato.sdk.common import RetryPolicy, to_ms
 
@@ -36,6 +36,7 @@ __all__ = [
     "Info",
     "LoggerAdapter",
     "ParentClosePolicy",
+    "ReadOnlyContextError",
     "WorkflowInfo",
     "all_handlers_finished",
     "as_completed",
@@ -221,11 +222,15 @@ def time() -> float:
 
 def random() -> Any:
     """A `random.Random` seeded from the run, so replays draw the same numbers."""
-    return runtime.current().random
+    instance = runtime.current()
+    instance.check_writable("workflow.random()")
+    return instance.random
 
 
 def uuid4() -> uuid.UUID:
-    return uuid.UUID(int=runtime.current().random.getrandbits(128), version=4)
+    instance = runtime.current()
+    instance.check_writable("workflow.uuid4()")
+    return uuid.UUID(int=instance.random.getrandbits(128), version=4)
 
 
 def in_workflow() -> bool:
@@ -352,7 +357,9 @@ async def wait_condition(predicate: Callable[[], bool], *, timeout: timedelta | 
 def patched(patch_id: str) -> bool:
     """True on runs that reach this point with the new code, False when replaying a history written before it:
     `if workflow.patched("x"): new() else: old()` changes running workflows safely."""
-    return runtime.current().patched(patch_id)
+    instance = runtime.current()
+    instance.check_writable("workflow.patched()")
+    return instance.patched(patch_id)
 
 
 def deprecate_patch(patch_id: str) -> None:

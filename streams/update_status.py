@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ostinato.streams import events as ev
+from ostinato.streams.failures import failure
 from ostinato.streams.model import RunState
 
 Record = dict[str, Any]
@@ -19,13 +20,18 @@ def update_status(run: RunState, update_id: str, event_at: Callable[[int], Recor
     or forgotten: an admitted update does not survive a rebuild of the run from history; send it again).
 
     `outcome` is `{"result": payloads}` or `{"failure": failure}` once COMPLETED (a rejected update is COMPLETED
-    with its failure and `rejected`); `run_closed` marks an accepted update whose run closed before it completed:
-    it never will."""
+    with its failure and `rejected`); an accepted update whose run closed before its handler finished is COMPLETED
+    with Temporal's failure for it, and `run_closed`."""
     base = {"run_id": run.run_id, "update_id": update_id, "outcome": None, "run_closed": False, "rejected": False}
     accepted = run.updates.get(update_id)
     if accepted is not None:
+        if not accepted.completed_event_id and not run.open:
+            # Temporal's outcome for an update whose workflow finished before its handler did.
+            return {**base, "stage": "COMPLETED", "run_closed": True, "outcome": {"failure": failure(
+                "Workflow Update failed because the Workflow completed before the Update completed.",
+                type="AcceptedUpdateCompletedWorkflow")}}
         if not accepted.completed_event_id:
-            return {**base, "stage": "ACCEPTED", "run_closed": not run.open}
+            return {**base, "stage": "ACCEPTED"}
         event = event_at(accepted.completed_event_id)
         if event is None:
             return {**base, "stage": "ACCEPTED"}  # a store catching up: ask again

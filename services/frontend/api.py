@@ -38,6 +38,7 @@ from ostinato.services.frontend.reads import (
     wait_for_commit,
 )
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
+from ostinato.services.history.waiters import state_key
 from ostinato.streams.model import decode_run
 from ostinato.streams.update_status import STAGES, reached, update_status
 
@@ -45,6 +46,7 @@ Record = dict[str, Any]
 JSON_ENCODING = b"json/plain"
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RESULT_WAIT_S = 60.0
+UNKNOWN_GRACE_S = 5.0  # how long an update not found yet is looked for (the SDK's read-your-writes window)
 GATEWAY = web.AppKey("gateway", CommandGateway)
 
 
@@ -282,7 +284,10 @@ async def redrive(request: web.Request) -> web.Response:
 
 
 def _update_body(body: Record) -> Record:
-    return {"update_id": _field(body, "update_id", str, "") or uuid.uuid4().hex, "name": "",
+    """An update's id, when the caller gives none, is its request id if it gave one: a retried request joins the
+    update it made the first time instead of running the handler again."""
+    return {"update_id": _field(body, "update_id", str, "") or _field(body, "request_id", str, "")
+            or uuid.uuid4().hex, "name": "",
             "input": _args(body, "input"), "header": {}, "first_execution_run_id": ""}
 
 
@@ -331,8 +336,9 @@ async def update_with_start(request: web.Request) -> web.Response:
     body = await _body(request)
     workflow_id = request.match_info["workflow_id"]
     start_body = _start_body({"id_conflict_policy": "USE_EXISTING", **body})
-    update_body = {**_update_body(_field(body, "update", dict, required=True)),
-                   "name": _field(_field(body, "update", dict), "name", str, required=True)}
+    requested = _field(body, "update", dict, required=True)
+    update_body = {**_update_body({"request_id": _field(body, "request_id", str, ""), **requested}),
+                   "name": _field(requested, "name", str, required=True)}
     stage = _wait_stage(_field(body, "wait_stage", str, "ACCEPTED"))
     timeout_ms = _positive(body, "timeout_ms") or int(MAX_RESULT_WAIT_S * 1000)
     kind, record = await _send(request, workflow_id, "UpdateWithStartWorkflowExecution",
@@ -366,10 +372,14 @@ async def update_outcome(request: web.Request) -> web.Response:
     if not run_id:
         return not_found(request, f"no workflow {wf!r} in namespace {ns!r}")
     deadline = time.monotonic() + wait_s
+    # The caller was just told the update was admitted, but the owner writes its store right after the commit
+    # that told it: an update (or, for update-with-start, a run) not found yet is looked for a moment longer.
+    unknown_until = time.monotonic() + min(wait_s, UNKNOWN_GRACE_S)
     key = run_key(ns, wf, run_id).encode()
+    watched = state_key(key)
     waiters = request.app[READS].waiters
     while True:
-        future = waiters.watch(key) if waiters is not None else None  # before the read: no lost wake-up
+        future = waiters.watch(watched) if waiters is not None else None  # before the read: no lost wake-up
         try:
             data = store.get(Family.STATE, key)
             status = None if data is None else update_status(
@@ -377,19 +387,22 @@ async def update_outcome(request: web.Request) -> web.Response:
                 lambda n: _stored_event(store, ns, wf, run_id, n))  # noqa: B023 - used at once, in this pass
         except StoreClosed:
             if waiters is not None and future is not None:
-                waiters.unwatch(key, future)
+                waiters.unwatch(watched, future)
             raise
-        done = status is None or reached(status, stage) or time.monotonic() >= deadline
+        now = time.monotonic()
+        done = (status is None and now >= unknown_until) or (status is not None and reached(status, stage)) \
+            or now >= deadline
         if done:
             if waiters is not None and future is not None:
-                waiters.unwatch(key, future)
+                waiters.unwatch(watched, future)
             if data is None:
                 return not_found(request, f"no run {run_id!r} of workflow {wf!r} in namespace {ns!r}")
             if status is None:
                 return not_found(request, f"run {run_id} of {wf!r} has no update {update_id!r}")
             return web.json_response(_update_out(status, raw=request.query.get("format") == "avro"))
         if waiters is not None and future is not None:
-            await wait_for_commit(request, waiters, key, future, store, deadline)
+            await wait_for_commit(request, waiters, watched, future, store,
+                                  unknown_until if status is None else deadline)
         else:
             await asyncio.sleep(0.05)
         store = store_or_redirect(request)  # never read on from the store of a shard that moved away

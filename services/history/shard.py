@@ -24,6 +24,7 @@ from ostinato.schemas.partitioner import murmur2
 from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
 from ostinato.services.history.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
 from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
+from ostinato.services.history.waiters import state_key
 from ostinato.streams.actions import Deadline, Publish
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import timer_command
@@ -363,11 +364,11 @@ class Shard:
         self.reset()
 
     def grown_runs(self) -> set[bytes]:
-        """The runs (state keys `ns/wf/run`) this batch added history to or changed the state of, for readers
-        waiting on them: a history long-poll, or a caller waiting for an update's stage (a rejected update changes
-        the run's state and writes no event)."""
+        """For readers waiting on runs: the runs (state keys `ns/wf/run`) this batch added history to, and (as
+        `state_key`) those whose state it changed, for a caller waiting for an update's stage (a rejected update
+        changes the run's state and writes no event)."""
         grown = {key.rpartition(b"/")[0] for key, value in self.writes[Family.HISTORY].items() if value is not None}
-        grown.update(key for key in self.writes[Family.STATE] if key.count(b"/") == 2)  # runs, not pointers
+        grown.update(state_key(key) for key in self.writes[Family.STATE] if key.count(b"/") == 2)  # runs only
         return grown
 
     def reset(self) -> None:

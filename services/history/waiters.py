@@ -12,6 +12,14 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 
+STATE_PREFIX = b"state:"
+
+
+def state_key(run_key: bytes) -> bytes:
+    """What to watch for any change of a run's state, events or not (an update rejected writes no event). Kept
+    apart from the run's own key, so a heartbeat does not wake every history long-poll of its run."""
+    return STATE_PREFIX + run_key
+
 
 class HistoryWaiters:
     def __init__(self) -> None:

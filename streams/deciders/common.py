@@ -169,6 +169,8 @@ def reject_update(w: Writer, run_id: str, update_id: str, failure: Record) -> No
     run = w.edit(run_id)
     run.admitted_updates = [u for u in run.admitted_updates if u["update_id"] != update_id]
     kept = [u for u in run.rejected_updates if u["update_id"] != update_id]
+    # Without its stack trace: the run's state is written at every step, and callers want the message.
+    failure = {**failure, "stack_trace": ""}
     run.rejected_updates = [*kept, {"update_id": update_id, "failure": failure, "time_ms": w.now_ms}][-KEEP_REJECTED:]
 
 

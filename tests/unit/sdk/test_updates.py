@@ -181,3 +181,114 @@ async def test_a_run_finishing_with_an_update_running_warns(caplog: pytest.LogCa
         await handle.start_update(Hasty.slow, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
         assert await handle.result() == "done"
     assert any("update handlers were still running: slow" in r.getMessage() for r in caplog.records)
+
+
+@workflow.defn
+class Strict:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        return list(self.items)  # returns at once: an update-with-start must still be handled first
+
+    @workflow.update
+    def add(self, item: str) -> int:
+        self.items.append(item)
+        return len(self.items)
+
+    @add.validator
+    def validate_add(self, item: str) -> None:
+        if item == "lucky":
+            workflow.random()  # a validator may not draw the run's random numbers: replay never runs it
+        if item == "timer":
+            workflow.start_activity(price, item, start_to_close_timeout=timedelta(seconds=5))
+
+
+@workflow.defn
+class Lingering:
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.done)
+
+    @workflow.update
+    async def cancelled(self) -> None:
+        task = asyncio.ensure_future(workflow.sleep(3600))
+        task.cancel()
+        await task
+
+    @workflow.update
+    def failing(self) -> None:
+        raise ApplicationError("no")
+
+    @workflow.update(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def forever(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+    @workflow.query
+    def sneaky(self) -> int:
+        workflow.start_activity(price, "x", start_to_close_timeout=timedelta(seconds=5))
+        return 1
+
+
+@run_async
+async def test_validators_and_queries_are_read_only() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Strict, Lingering], activities=[price]):
+        op = WithStartWorkflowOperation(Strict.run, id="strict", task_queue=Q,
+                                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        # The update's handler runs before `run`, which returns at once: the item is in its result.
+        assert await env.client.execute_update_with_start_workflow(Strict.add, "first",
+                                                                   start_workflow_operation=op) == 1
+        assert await (await op.workflow_handle()).result() == ["first"]
+        handle = await env.client.start_workflow(Lingering.run, id="lingering", task_queue=Q)
+        with pytest.raises(Exception, match="sneaky"):
+            await handle.query(Lingering.sneaky)
+        strict = await env.client.start_workflow(Strict.run, id="strict-2", task_queue=Q)
+        await strict.result()
+    # A validator that tries to change the workflow rejects the update, and history has nothing of it.
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Lingering, StrictWaiting], activities=[price]):
+        waiting = await env.client.start_workflow(StrictWaiting.run, id="strict-3", task_queue=Q)
+        for item in ("lucky", "timer"):
+            with pytest.raises(WorkflowUpdateFailedError) as rejected:
+                await waiting.execute_update(StrictWaiting.add, item)
+            assert "ReadOnlyContextError" in repr(rejected.value.cause) or "may not change" in str(rejected.value.cause)
+        assert not update_events(await waiting.fetch_history())
+
+
+@workflow.defn
+class StrictWaiting(Strict):
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: False)
+        return []
+
+
+@run_async
+async def test_handler_outcomes_and_handles_after_the_fact() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Lingering]):
+        handle = await env.client.start_workflow(Lingering.run, id="lingering-2", task_queue=Q)
+        with pytest.raises(WorkflowUpdateFailedError) as cancelled:
+            await handle.execute_update(Lingering.cancelled)
+        assert "cancelled" in str(cancelled.value.cause)
+        failing = await handle.start_update(Lingering.failing, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+        for _ in range(2):  # the outcome is kept: asking twice raises twice
+            with pytest.raises(WorkflowUpdateFailedError):
+                await failing.result()
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.get_update_handle(failing.id).result()
+        forever = await handle.start_update(Lingering.forever, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+        await handle.signal(Lingering.finish)
+        await handle.result()
+        with pytest.raises(WorkflowUpdateFailedError) as abandoned:
+            await forever.result()
+        assert "completed before the Update completed" in str(abandoned.value.cause)
