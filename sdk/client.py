@@ -327,7 +327,8 @@ class WorkflowHandle:
 
     async def start_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
                            wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] | None = None,
-                           id: str | None = None, result_type: Any = None) -> WorkflowUpdateHandle:
+                           id: str | None = None, result_type: Any = None,
+                           rpc_timeout: timedelta | None = None) -> WorkflowUpdateHandle:
         """Send an update and wait until it is ACCEPTED (its validator passed and its handler runs) or COMPLETED;
         a rejected update raises WorkflowUpdateFailedError here. The same `id` again joins the first update."""
         if wait_for_stage == WorkflowUpdateStage.ADMITTED:
@@ -344,15 +345,16 @@ class WorkflowHandle:
                                status=404 if record["code"] == "NOT_FOUND" else 400)
         handle = WorkflowUpdateHandle(self.client, update_id, name, self.id, workflow_run_id=record["run_id"],
                                       result_type=result_type or hint)
-        await handle._wait(wait_for_stage)
+        await handle._wait(wait_for_stage, rpc_timeout)
         return handle
 
     async def execute_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
                              args: Sequence[Any] | None = None, id: str | None = None,
-                             result_type: Any = None) -> Any:
-        """Send an update and wait for its result; WorkflowUpdateFailedError if it was rejected or failed."""
+                             result_type: Any = None, rpc_timeout: timedelta | None = None) -> Any:
+        """Send an update and wait for its result; WorkflowUpdateFailedError if it was rejected or failed,
+        WorkflowUpdateRPCTimeoutOrCancelledError if `rpc_timeout` passed first (the update goes on)."""
         handle = await self.start_update(update, arg, args=args, id=id, result_type=result_type,
-                                         wait_for_stage=WorkflowUpdateStage.COMPLETED)
+                                         wait_for_stage=WorkflowUpdateStage.COMPLETED, rpc_timeout=rpc_timeout)
         return await handle.result()
 
     def get_update_handle(self, id: str, *, workflow_run_id: str | None = None,

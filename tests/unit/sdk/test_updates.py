@@ -292,3 +292,16 @@ async def test_handler_outcomes_and_handles_after_the_fact() -> None:
         with pytest.raises(WorkflowUpdateFailedError) as abandoned:
             await forever.result()
         assert "completed before the Update completed" in str(abandoned.value.cause)
+
+
+@run_async
+async def test_an_update_that_does_not_complete_in_time_says_so() -> None:
+    from ostinato.client import WorkflowUpdateRPCTimeoutOrCancelledError
+
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Lingering]):
+        handle = await env.client.start_workflow(Lingering.run, id="lingering-3", task_queue=Q)
+        with pytest.raises(WorkflowUpdateRPCTimeoutOrCancelledError):
+            await handle.execute_update(Lingering.forever, rpc_timeout=timedelta(milliseconds=200))
+        await handle.signal(Lingering.finish)
+        await handle.result()
