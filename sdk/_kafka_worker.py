@@ -436,7 +436,10 @@ class KafkaWorkerLoop:
                 return False  # no answer in time: keep going, the next heartbeat asks again
             return reply["body"][0] != wire.ACCEPTED or bool(reply["body"][1]["cancel_requested"])
 
-        name, body = await executor.execute(task, heartbeat)
+        answer = await executor.execute(task, heartbeat)
+        if answer is None:
+            return  # completed asynchronously: whoever holds the task token answers
+        name, body = answer
         handler = self.worker.workflow_handler
         if not self.eager_activities or handler is None or task["run_id"] not in handler.cache:
             self._send(task, name, body)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
+
+Record = dict[str, Any]
 
 __all__ = [
     "ActivityDefinition",
@@ -26,6 +29,7 @@ __all__ = [
     "is_cancelled",
     "is_worker_shutdown",
     "logger",
+    "raise_complete_async",
     "wait_for_cancelled",
     "wait_for_cancelled_sync",
     "wait_for_worker_shutdown",
@@ -130,6 +134,7 @@ class ActivityInfo:
         heartbeat_timeout: the longest allowed gap between heartbeats.
         heartbeat_details: the details of the last heartbeat of a previous attempt (decoded without type hints,
             so a dataclass arrives as a dict), for a retried activity to resume from; empty on a first attempt.
+        task_token: opaque bytes naming this attempt, for completing it from elsewhere (`raise_complete_async`).
     """
 
     activity_id: str
@@ -146,6 +151,7 @@ class ActivityInfo:
     schedule_to_close_timeout: timedelta | None
     heartbeat_timeout: timedelta | None
     heartbeat_details: Sequence[Any]
+    task_token: bytes = b""  # names this attempt for `client.get_async_activity_handle(task_token=...)`
 
     def logger_details(self) -> dict[str, Any]:
         """What `activity.logger` adds to each line (Temporal's keys)."""
@@ -190,6 +196,40 @@ def _context() -> ActivityContext:
     except LookupError:
         raise RuntimeError("not in an activity: this function can only be called from an activity "
                            "running on a worker") from None
+
+
+class _CompleteAsyncError(BaseException):
+    """Raised by `raise_complete_async()`: not an error, so `except Exception` in the activity lets it through."""
+
+
+def raise_complete_async() -> NoReturn:
+    """End the activity function without answering: something else completes the attempt later, through
+    `client.get_async_activity_handle(task_token=activity.info().task_token)` (`complete`, `fail`, `heartbeat`,
+    `report_cancellation`). The attempt's timeouts still apply, as in Temporal."""
+    raise _CompleteAsyncError()
+
+
+TOKEN_VERSION = 1
+
+
+def task_token(task: Record) -> bytes:
+    """The token of an activity task's attempt: what an answer to it must name. Opaque to users (JSON inside)."""
+    return json.dumps({"v": TOKEN_VERSION, "namespace": task["namespace"], "workflow_id": task["workflow_id"],
+                       "run_id": task["run_id"], "scheduled_event_id": task["scheduled_event_id"],
+                       "attempt": task["attempt"], "activity_id": task["activity_id"]},
+                      separators=(",", ":")).encode()
+
+
+def parse_task_token(token: bytes) -> Record:
+    """The attempt a token names; ValueError for bytes that are not a token."""
+    try:
+        fields = json.loads(token)
+        if not isinstance(fields, dict) or fields.get("v") != TOKEN_VERSION:
+            raise ValueError("not a version 1 token")
+        return {k: fields[k] for k in ("namespace", "workflow_id", "run_id", "scheduled_event_id", "attempt",
+                                       "activity_id")}
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"not an Ostinato activity task token: {error}") from None
 
 
 def in_activity() -> bool:

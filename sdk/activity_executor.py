@@ -15,7 +15,15 @@ from typing import Any
 
 from ostinato.schemas.wire import command_type
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk.activity import ActivityContext, ActivityDefinition, ActivityInfo, definition_of, set_context
+from ostinato.sdk.activity import (
+    ActivityContext,
+    ActivityDefinition,
+    ActivityInfo,
+    _CompleteAsyncError,
+    definition_of,
+    set_context,
+    task_token,
+)
 from ostinato.sdk.data import DEFAULT, DataConverter
 
 Record = dict[str, Any]
@@ -78,7 +86,7 @@ class ActivityExecutor:
         """The names of the registered activities, sorted."""
         return sorted(self._definitions)
 
-    async def execute(self, task: Record, heartbeat: HeartbeatSender) -> Answer:
+    async def execute(self, task: Record, heartbeat: HeartbeatSender) -> Answer | None:
         """Run one ActivityTask to its end and return the answer to produce.
 
         Args:
@@ -88,7 +96,8 @@ class ActivityExecutor:
 
         Returns:
             `(record name, body)` of RespondActivityTaskCompleted, RespondActivityTaskFailed or
-            RespondActivityTaskCanceled, the body carrying the task's scheduled_event_id and attempt.
+            RespondActivityTaskCanceled, the body carrying the task's scheduled_event_id and attempt; None when the
+            activity called `activity.raise_complete_async()` (something else answers it).
 
         Raises:
             RuntimeError: the executor is shut down.
@@ -129,7 +138,7 @@ class ActivityExecutor:
 
     # -- one attempt ----------------------------------------------------------------------------------------------
 
-    async def _run(self, attempt: _Attempt) -> Answer:
+    async def _run(self, attempt: _Attempt) -> Answer | None:
         task, definition = attempt.task, attempt.definition
         try:
             args = self.converter.decode(task["input"], self._hints[definition.name].for_count(len(task["input"])))
@@ -149,6 +158,9 @@ class ActivityExecutor:
             else:
                 result = await asyncio.get_running_loop().run_in_executor(
                     self._threads(), context.run, definition.fn, *args)
+        except _CompleteAsyncError:
+            await attempt.heartbeats.drain(flush=True)  # what it reported so far reaches the engine first
+            return None
         except (asyncio.CancelledError, exc.CancelledError) as err:
             current = asyncio.current_task()
             if isinstance(err, asyncio.CancelledError) and current is not None and current.cancelling():
@@ -347,7 +359,7 @@ def _info(task: Record, heartbeat_details: list[Any]) -> ActivityInfo:
         start_to_close_timeout=_duration(task["start_to_close_timeout_ms"] or None),
         schedule_to_close_timeout=_duration(task.get("schedule_to_close_timeout_ms")),
         heartbeat_timeout=_duration(task.get("heartbeat_timeout_ms")),
-        heartbeat_details=tuple(heartbeat_details))
+        heartbeat_details=tuple(heartbeat_details), task_token=task_token(task))
 
 
 def _time(ms: int) -> datetime:

@@ -16,12 +16,25 @@ from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import ClientTransport
+from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 
-__all__ = ["Client", "WithStartWorkflowOperation", "WorkflowExecution", "WorkflowExecutionDescription",
-           "WorkflowExecutionStatus", "WorkflowHandle", "WorkflowService", "WorkflowUpdateFailedError",
-           "WorkflowUpdateHandle", "WorkflowUpdateRPCTimeoutOrCancelledError", "WorkflowUpdateStage"]
+__all__ = [
+    "AsyncActivityCancelledError",
+    "AsyncActivityHandle",
+    "Client",
+    "WithStartWorkflowOperation",
+    "WorkflowExecution",
+    "WorkflowExecutionDescription",
+    "WorkflowExecutionStatus",
+    "WorkflowHandle",
+    "WorkflowService",
+    "WorkflowUpdateFailedError",
+    "WorkflowUpdateHandle",
+    "WorkflowUpdateRPCTimeoutOrCancelledError",
+    "WorkflowUpdateStage",
+]
 
 Record = dict[str, Any]
 WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
@@ -216,6 +229,19 @@ class Client:
             wait_for_stage=WorkflowUpdateStage.COMPLETED, result_type=result_type)
         return await handle.result()
 
+    def get_async_activity_handle(self, *, task_token: bytes | None = None, workflow_id: str | None = None,
+                                  run_id: str | None = None, activity_id: str | None = None) -> AsyncActivityHandle:
+        """Answer an activity that called `activity.raise_complete_async()`: by its `task_token`
+        (`activity.info().task_token`), or by `workflow_id` + `activity_id` (and `run_id`; the current run if
+        none), in which case the attempt answered is the one pending when the handle is used."""
+        if task_token is not None:
+            return AsyncActivityHandle(self, parse_task_token(task_token))
+        if not workflow_id or not activity_id:
+            raise ValueError("give task_token, or workflow_id and activity_id")
+        return AsyncActivityHandle(self, {"namespace": self.namespace, "workflow_id": workflow_id,
+                                          "run_id": run_id or "", "activity_id": activity_id,
+                                          "scheduled_event_id": 0, "attempt": 0})
+
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
 
@@ -378,6 +404,62 @@ class WorkflowHandle:
         if reply_type == REJECTED:
             raise exc.RPCError(record["message"], code=record["code"],
                                status=404 if record["code"] == "NOT_FOUND" else 400)
+
+
+class AsyncActivityCancelledError(exc.OstinatoError):
+    """A heartbeat of an asynchronously completed activity learnt that its workflow asked it to stop: report the
+    cancellation (`report_cancellation`) or complete it anyway."""
+
+
+class AsyncActivityHandle:
+    """An activity attempt answered from outside its worker (Temporal's async activity completion)."""
+
+    def __init__(self, client: Client, attempt: Record) -> None:
+        self.client = client
+        self._attempt = attempt
+
+    async def complete(self, result: Any = None) -> None:
+        await self._send("RespondActivityTaskCompleted", {"result": self.client.data_converter.encode([result])})
+
+    async def fail(self, error: Exception, *, last_heartbeat_details: Sequence[Any] = ()) -> None:
+        if last_heartbeat_details:
+            await self.heartbeat(*last_heartbeat_details)
+        await self._send("RespondActivityTaskFailed", {"failure": self.client.data_converter.encode_failure(error)})
+
+    async def report_cancellation(self, *details: Any) -> None:
+        await self._send("RespondActivityTaskCanceled", {"details": self.client.data_converter.encode(details)})
+
+    async def heartbeat(self, *details: Any) -> None:
+        """Record progress (the attempt's heartbeat timeout counts from here); AsyncActivityCancelledError when the
+        workflow asked the activity to stop."""
+        record = await self._send("RecordActivityTaskHeartbeat", {
+            "details": self.client.data_converter.encode(details)})
+        if record.get("cancel_requested"):
+            raise AsyncActivityCancelledError(f"activity {self._attempt['activity_id']!r} was asked to cancel")
+
+    async def _send(self, name: str, body: Record) -> Record:
+        attempt = await self._resolved()
+        reply_type, record = await self.client.service.send(
+            attempt["namespace"], attempt["workflow_id"], attempt["run_id"], (command_type(name), {
+                "scheduled_event_id": attempt["scheduled_event_id"], "attempt": attempt["attempt"], **body}),
+            uuid.uuid4().hex, self.client.identity)
+        if reply_type == REJECTED:  # a stale token: the attempt timed out, was answered, or the run closed
+            raise exc.RPCError(record["message"], code=record["code"], status=404)
+        answer: Record = record
+        return answer
+
+    async def _resolved(self) -> Record:
+        """The attempt to answer: the token's, or the activity's pending attempt (found by its id)."""
+        attempt = self._attempt
+        if attempt["scheduled_event_id"]:
+            return attempt
+        state = await self.client.service.describe(attempt["namespace"], attempt["workflow_id"], attempt["run_id"])
+        pending = [a for a in (state or {}).get("activities", []) if a["activity_id"] == attempt["activity_id"]]
+        if not pending:
+            raise exc.RPCError(f"workflow {attempt['workflow_id']!r} has no pending activity "
+                               f"{attempt['activity_id']!r}", status=404, code="not_found")
+        return {**attempt, "run_id": state["run_id"] if state else attempt["run_id"],
+                "scheduled_event_id": pending[0]["scheduled_event_id"], "attempt": pending[0]["attempt"]}
 
 
 class WorkflowUpdateStage(IntEnum):

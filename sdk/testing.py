@@ -165,8 +165,9 @@ class EngineWorkers(WorkerTransport):
             return bool(reply["body"][1]["cancel_requested"])
 
         try:
-            name, body = await worker.activity_executor.execute(task, heartbeat)
-            engine.respond(task, name, body, worker.identity)
+            answer = await worker.activity_executor.execute(task, heartbeat)
+            if answer is not None:  # None: completed asynchronously, by whoever holds the task token
+                engine.respond(task, *answer, worker.identity)
         finally:
             self.busy -= 1
 
