@@ -23,7 +23,7 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.sdk._http import HttpService
 from ostinato.services.admin.cluster import init_cluster
 from tests.conftest import REPO, run_cli
-from tests.e2e.update_app import Cart
+from tests.e2e.update_app import Approval, Cart
 from tests.tools.servers import ServerProcess
 
 Q = "cart-q"
@@ -102,6 +102,20 @@ def test_updates_through_the_sdk_the_api_and_the_cli(kafka: KafkaCluster, topic_
                         assert resp.status == 200 and body["outcome"]["result"] == count, body
 
         asyncio.run(asyncio.wait_for(http(), 120))
+
+        async def async_completion() -> None:
+            token_file = tmp_path / "token"
+            async with await HttpService.connect(server.url) as service:
+                client = Client(service)
+                handle = await client.start_workflow(Approval.run, str(token_file), id=f"{wf}-approval", task_queue=Q)
+                while not token_file.exists() or not token_file.read_bytes():
+                    await asyncio.sleep(0.05)
+                completer = client.get_async_activity_handle(task_token=token_file.read_bytes())
+                await completer.heartbeat("reviewing")
+                await completer.complete("approved")
+                assert await handle.result() == "approved"
+
+        asyncio.run(asyncio.wait_for(async_completion(), 120))  # issue 17: completed from outside the worker
     finally:
         worker.kill()
         worker.wait(30)

@@ -1,4 +1,5 @@
-"""A small application with updates, for the end-to-end tests: `ostinato worker tests.e2e.update_app:worker`."""
+"""A small application with updates and an activity completed from outside, for the end-to-end tests:
+`ostinato worker tests.e2e.update_app:worker`."""
 
 from __future__ import annotations
 
@@ -45,5 +46,21 @@ class Cart:
         self.done = True
 
 
-worker = {"task_queue": "cart-q", "workflows": [Cart], "activities": [price]}
-WORKFLOWS = [Cart]
+@activity.defn
+async def approve(token_file: str) -> str:
+    """Leaves its task token where the test reads it, and its answer to whoever completes it."""
+    from pathlib import Path
+
+    Path(token_file).write_bytes(activity.info().task_token)
+    activity.raise_complete_async()
+
+
+@workflow.defn
+class Approval:
+    @workflow.run
+    async def run(self, token_file: str) -> str:
+        return await workflow.execute_activity(approve, token_file, start_to_close_timeout=timedelta(minutes=5))
+
+
+worker = {"task_queue": "cart-q", "workflows": [Cart, Approval], "activities": [price, approve]}
+WORKFLOWS = [Cart, Approval]
