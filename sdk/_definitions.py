@@ -14,6 +14,7 @@ QUERY_ATTR = "__ostinato_query__"
 UPDATE_ATTR = "__ostinato_update__"  # the update's name ("" for the dynamic handler)
 VALIDATOR_ATTR = "__ostinato_update_validator__"  # the name of the update it validates
 UNFINISHED_ATTR = "__ostinato_unfinished_policy__"
+INIT_ATTR = "__ostinato_init__"  # `@workflow.init`: __init__ takes the workflow's arguments
 DEFN_ATTR = "__ostinato_workflow__"
 
 
@@ -26,6 +27,7 @@ class WorkflowDefinition:
     queries: dict[str, Callable[..., Any]] = field(default_factory=dict)
     updates: dict[str, Callable[..., Any]] = field(default_factory=dict)  # "" is the dynamic handler
     validators: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    init_takes_args: bool = False
 
     def update_handler(self, name: str) -> tuple[Callable[..., Any] | None, bool]:
         """The handler of update `name` and whether it is the dynamic one (called with the name and raw args)."""
@@ -88,7 +90,10 @@ def build(cls: type, name: str | None) -> WorkflowDefinition:
         raise TypeError(f"workflow {cls.__name__} needs one async method decorated with @workflow.run")
     if (unknown := sorted(set(validators) - set(updates))):
         raise TypeError(f"workflow {cls.__name__}: validators of updates it has no handler for: {unknown}")
-    return WorkflowDefinition(name or cls.__name__, cls, run, signals, queries, updates, validators)
+    init_takes_args = bool(getattr(vars(cls).get("__init__"), INIT_ATTR, False)) or any(
+        getattr(vars(base).get("__init__"), INIT_ATTR, False) for base in cls.__mro__[1:])
+    return WorkflowDefinition(name or cls.__name__, cls, run, signals, queries, updates, validators,
+                              init_takes_args)
 
 
 def definition_of(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition:

@@ -13,6 +13,7 @@ number, so ids (`activity_id`, `timer_id`) are the same on every replay.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import random
@@ -24,7 +25,7 @@ from typing import Any
 from ostinato.schemas.wire import command_type
 from ostinato.sdk import _context, _guards
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk._definitions import UNFINISHED_ATTR, WorkflowDefinition
+from ostinato.sdk._definitions import UNFINISHED_ATTR, WorkflowDefinition, parameter_hints
 from ostinato.sdk._loop import WorkflowLoop
 from ostinato.sdk.data import DataConverter
 
@@ -152,6 +153,10 @@ class WorkflowInstance:
         self._timers: dict[str, Callable[[], None]] = {}
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._buffered_signals: dict[str, list[Record]] = {}
+        # Handlers set while running (`workflow.set_signal_handler`...): plain callables, ahead of the class's.
+        self._signal_handlers: dict[str, Callable[..., Any]] = {}
+        self._query_handlers: dict[str, Callable[..., Any]] = {}
+        self._update_handlers: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
         self._known_patches: set[str] = set()
         self._patches: dict[str, bool] = {}
         self._task_failure: BaseException | None = None
@@ -355,8 +360,8 @@ class WorkflowInstance:
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
             None if exec_timeout is None else timedelta(milliseconds=exec_timeout))
         self.memo = dict(attrs["memo"])
-        self.obj = self.defn.cls()
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
+        self.obj = self.defn.cls(*args) if self.defn.init_takes_args else self.defn.cls()
         coro = self.defn.run(self.obj, *args)
         if self._defer_main:
             self._main_coro = coro
@@ -397,17 +402,24 @@ class WorkflowInstance:
 
     def _signal(self, name: str, payloads: list[Record]) -> None:
         handler = self.defn.signals.get(name)
-        if handler is None:
+        runtime_handler = self._signal_handlers.get(name)
+        if handler is None and runtime_handler is None:
             self._buffered_signals.setdefault(name, []).append({"input": payloads})
             return
-        args = self.converter.decode(payloads, self.defn.arg_hints(handler)[:len(payloads)])
+        if runtime_handler is not None:
+            call = runtime_handler
+            args = self.converter.decode(payloads, parameter_hints(runtime_handler)[:len(payloads)])
+        else:
+            assert handler is not None
+            call = functools.partial(handler, self.obj)
+            args = self.converter.decode(payloads, self.defn.arg_hints(handler)[:len(payloads)])
 
         async def deliver() -> None:
-            result = handler(self.obj, *args)
+            result = call(*args)
             if asyncio.iscoroutine(result):
                 await result
 
-        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, handler)
+        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, call)
 
     def _track(self, task: asyncio.Task[Any], kind: str, name: str, handler: Callable[..., Any]) -> None:
         policy = int(getattr(handler, UNFINISHED_ATTR, 1))
@@ -422,11 +434,37 @@ class WorkflowInstance:
     def all_handlers_finished(self) -> bool:
         return not self._handlers
 
+    def set_signal_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
+        """Handle signal `name` with `handler` from now on (None removes it); signals that waited for a handler
+        are delivered to it at once, in the order they came."""
+        if handler is None:
+            self._signal_handlers.pop(name, None)
+            return
+        self._signal_handlers[name] = handler
+        for buffered in self._buffered_signals.pop(name, []):
+            self._signal(name, buffered["input"])
+
+    def set_query_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
+        if handler is None:
+            self._query_handlers.pop(name, None)
+        else:
+            self._query_handlers[name] = handler
+
+    def set_update_handler(self, name: str, handler: Callable[..., Any] | None,
+                           validator: Callable[..., Any] | None = None) -> None:
+        if handler is None:
+            self._update_handlers.pop(name, None)
+        else:
+            self._update_handlers[name] = (handler, validator)
+
     def _update(self, request: Record, validate: bool) -> None:
         """Deliver an update: validate it (live only: a replay gives the accepted ones again), accept it, and run
         its handler, whose return or `FailureError` completes it. A refused update goes in the task's answer, not
         in history."""
         update_id, name = request["update_id"], request["name"]
+        if name in self._update_handlers:
+            self._runtime_update(request, validate)
+            return
         handler, dynamic = self.defn.update_handler(name)
         if handler is None:
             if not validate:
@@ -470,6 +508,42 @@ class WorkflowInstance:
                                                        "result": self.converter.encode([result]), "failure": None})
 
         self._track(self.loop.create_task(run(), name=f"update {name}"), "update", name, handler)
+
+    def _runtime_update(self, request: Record, validate: bool) -> None:
+        """An update whose handler was set while running: the same steps, calling plain callables."""
+        handler, validator = self._update_handlers[request["name"]]
+        update_id, name = request["update_id"], request["name"]
+        try:
+            args = self.converter.decode(request["input"], parameter_hints(handler)[:len(request["input"])])
+            if validate and validator is not None:
+                self.read_only = f"the validator of update {name!r}"
+                try:
+                    validator(*args)
+                finally:
+                    self.read_only = ""
+        except Exception as error:
+            if not validate:
+                raise
+            self._reject(update_id, error)
+            return
+        self.command("AcceptUpdateCommand", {"update_id": update_id})
+        self._track(self.loop.create_task(self._run_update(update_id, handler, args), name=f"update {name}"),
+                    "update", name, handler)
+
+    async def _run_update(self, update_id: str, call: Callable[..., Any], args: list[Any]) -> None:
+        try:
+            result = call(*args)
+            if asyncio.iscoroutine(result):
+                result = await result
+        except (exc.FailureError, asyncio.CancelledError) as error:
+            failure = error if isinstance(error, exc.FailureError) else exc.CancelledError("update handler cancelled")
+            if not self.closed:
+                self.command("CompleteUpdateCommand", {"update_id": update_id, "result": [],
+                                                       "failure": self.converter.encode_failure(failure)})
+            return
+        if not self.closed:
+            self.command("CompleteUpdateCommand", {"update_id": update_id,
+                                                   "result": self.converter.encode([result]), "failure": None})
 
     def _reject(self, update_id: str, error: BaseException) -> None:
         self._rejected.append({"update_id": update_id, "failure": self.converter.encode_failure(error)})
@@ -558,15 +632,22 @@ class WorkflowInstance:
     # -- queries --------------------------------------------------------------------------------------------------
 
     def query(self, name: str, args: list[Record]) -> list[Record]:
+        runtime_handler = self._query_handlers.get(name)
+        if runtime_handler is not None:
+            values = self.converter.decode(args, parameter_hints(runtime_handler)[:len(args)])
+            return self._read_only_call(f"query {name!r}", runtime_handler, values)
         handler = self.defn.queries.get(name)
         if handler is None:
             known = ", ".join(sorted(self.defn.queries)) or "none"
             raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
         values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
+        return self._read_only_call(f"query {name!r}", functools.partial(handler, self.obj), values)
+
+    def _read_only_call(self, what: str, call: Callable[..., Any], values: list[Any]) -> list[Record]:
         _context.set_running(self)
-        self.read_only = f"query {name!r}"
+        self.read_only = what
         try:
-            return self.converter.encode([handler(self.obj, *values)])
+            return self.converter.encode([call(*values)])
         finally:
             self.read_only = ""
             _context.set_running(None)

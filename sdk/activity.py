@@ -21,6 +21,7 @@ __all__ = [
     "ActivityInfo",
     "Info",
     "LoggerAdapter",
+    "client",
     "definition_of",
     "defn",
     "heartbeat",
@@ -180,6 +181,7 @@ class ActivityContext:
     heartbeat: Callable[[Sequence[Any]], None]
     is_cancelled: Callable[[], bool]
     worker_shutdown: threading.Event = field(default_factory=threading.Event)
+    client: Any = None  # the worker's `ostinato.client.Client` (`activity.client()`)
 
 
 _current: contextvars.ContextVar[ActivityContext] = contextvars.ContextVar("ostinato_activity")
@@ -230,6 +232,15 @@ def parse_task_token(token: bytes) -> Record:
                                        "activity_id")}
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"not an Ostinato activity task token: {error}") from None
+
+
+def client() -> Any:
+    """The client of the worker running this activity (Temporal's `activity.client()`): to signal or start
+    workflows from an activity, or complete another activity asynchronously."""
+    found = _context().client
+    if found is None:
+        raise RuntimeError("this activity runs without a client (an ActivityEnvironment given none)")
+    return found
 
 
 def in_activity() -> bool:

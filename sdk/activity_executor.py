@@ -62,10 +62,11 @@ class ActivityExecutor:
     """
 
     def __init__(self, activities: Sequence[Callable[..., Any]], data_converter: DataConverter = DEFAULT, *,
-                 identity: str = "", max_threads: int = 16) -> None:
+                 identity: str = "", max_threads: int = 16, client: Any = None) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads must be at least 1, not {max_threads}")
         self.converter = data_converter
+        self.client = client  # what `activity.client()` gives the activities
         self.identity = identity
         self._definitions: dict[str, ActivityDefinition] = {}
         self._hints: dict[str, _Hints] = {}
@@ -149,7 +150,7 @@ class ActivityExecutor:
                 cause=err)))
         context = contextvars.copy_context()
         context.run(set_context, ActivityContext(_info(task, details), attempt.heartbeat, attempt.cancelled.is_set,
-                                                   self._worker_shutdown))
+                                                   self._worker_shutdown, self.client))
         try:
             if definition.is_async:
                 attempt.runner = asyncio.get_running_loop().create_task(_call_async(definition.fn, args),

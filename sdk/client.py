@@ -351,6 +351,16 @@ class WorkflowHandle:
     async def fetch_history(self) -> list[Record]:
         return await self.client.service.history(self.client.namespace, self.id, self.run_id)
 
+    async def fetch_history_events(self) -> AsyncIterator[Record]:
+        """The run's history events one by one (Temporal's name; the page size is the transport's)."""
+        for event in await self.fetch_history():
+            yield event
+
+    @property
+    def result_run_id(self) -> str:
+        """The run whose result `result()` starts from (Temporal's name; the handle's own run here)."""
+        return self.run_id
+
     async def start_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
                            wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] | None = None,
                            id: str | None = None, result_type: Any = None,

@@ -9,7 +9,9 @@ virtual time that jumps ahead whenever nothing is left to do but wait (a 14-day 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -190,6 +192,24 @@ class WorkflowEnvironment:
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.engine.clock.now_ms / 1000, UTC)
+
+    async def get_current_time(self) -> datetime:
+        """The environment's (virtual) time, as Temporal's `WorkflowEnvironment.get_current_time()`."""
+        return self.now()
+
+    @property
+    def supports_time_skipping(self) -> bool:
+        return self.service.time_skipping
+
+    @contextlib.contextmanager
+    def auto_time_skipping_disabled(self) -> Iterator[None]:
+        """Waits for results inside the block let real time pass instead of skipping to the next timer."""
+        before = self.service.time_skipping
+        self.service.time_skipping = False
+        try:
+            yield
+        finally:
+            self.service.time_skipping = before
 
     async def sleep(self, duration: timedelta | float) -> None:
         """Let virtual time pass, firing every timer due in between."""

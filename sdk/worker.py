@@ -53,8 +53,8 @@ class Worker:
         self.kafka_config = dict(kafka_config or {})
         self.workflow_handler = WorkflowTaskHandler(workflows, client.data_converter, max_cached=max_cached_workflows,
                                                     identity=self.identity) if workflows else None
-        self.activity_executor = ActivityExecutor(activities, client.data_converter, identity=self.identity) \
-            if activities else None
+        self.activity_executor = ActivityExecutor(
+            activities, client.data_converter, identity=self.identity, client=client) if activities else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -66,6 +66,11 @@ class Worker:
         finally:
             if self.activity_executor is not None:
                 await self.activity_executor.shutdown()
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the worker serves its queue now (started and not shut down)."""
+        return self._task is not None and not self._task.done() and not self._stopping.is_set()
 
     async def shutdown(self) -> None:
         """Stop taking tasks, stop running activities (each answers a retryable WorkerShutdown failure, so another

@@ -45,11 +45,13 @@ __all__ = [
     "defn",
     "deprecate_patch",
     "execute_activity",
+    "execute_activity_method",
     "execute_child_workflow",
     "get_external_workflow_handle",
     "history_length",
     "in_workflow",
     "info",
+    "init",
     "logger",
     "memo",
     "memo_value",
@@ -59,9 +61,13 @@ __all__ = [
     "query",
     "random",
     "run",
+    "set_query_handler",
+    "set_signal_handler",
+    "set_update_handler",
     "signal",
     "sleep",
     "start_activity",
+    "start_activity_method",
     "start_child_workflow",
     "time",
     "unsafe",
@@ -116,6 +122,28 @@ def defn(cls: type[T] | None = None, *, name: str | None = None) -> Any:
         return target
 
     return wrap(cls) if cls is not None else wrap
+
+
+def init(fn: F) -> F:
+    """Mark `__init__` as taking the workflow's arguments (the same as `run`'s), so state can be set up before any
+    signal or update handler runs (Temporal's `@workflow.init`)."""
+    setattr(fn, defs.INIT_ATTR, True)
+    return fn
+
+
+def set_signal_handler(name: str, handler: Callable[..., Any] | None) -> None:
+    """Handle signal `name` with `handler` (a plain callable) from now on; None removes it. Signals that came before
+    a handler existed are delivered to it at once."""
+    runtime.current().set_signal_handler(name, handler)
+
+
+def set_query_handler(name: str, handler: Callable[..., Any] | None) -> None:
+    runtime.current().set_query_handler(name, handler)
+
+
+def set_update_handler(name: str, handler: Callable[..., Any] | None, *,
+                       validator: Callable[..., None] | None = None) -> None:
+    runtime.current().set_update_handler(name, handler, validator)
 
 
 def run(fn: F) -> F:
@@ -520,6 +548,10 @@ async def execute_activity(activity: Callable[..., Awaitable[T]] | Callable[...,
                            **options: Any) -> T:
     """`start_activity` and wait for its result."""
     return await start_activity(activity, *args, **options)
+
+
+start_activity_method = start_activity  # Temporal's names for an activity that is a method of a class instance
+execute_activity_method = execute_activity
 
 
 class _Activity:

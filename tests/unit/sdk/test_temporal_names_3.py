@@ -1,0 +1,104 @@
+"""More of Temporal's names (issue 17), used as Temporal's samples use them: `@workflow.init`,
+`execute_activity_method`, handlers set at run time (`set_signal_handler` with signals that came first,
+`set_query_handler`, `set_update_handler`), `activity.client()`, `ostinato.converter`, `Worker.is_running`,
+`WorkflowEnvironment.get_current_time` / `supports_time_skipping` / `auto_time_skipping_disabled`,
+`handle.result_run_id` and `fetch_history_events`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from datetime import datetime, timedelta
+from typing import Any
+
+from ostinato import activity, workflow
+from ostinato.testing import WorkflowEnvironment
+from ostinato.worker import Worker
+
+Q = "names-3"
+
+
+def run_async(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+class Greeter:
+    def __init__(self, greeting: str) -> None:
+        self.greeting = greeting
+
+    @activity.defn
+    async def greet(self, name: str) -> str:
+        return f"{self.greeting}, {name}"
+
+
+@activity.defn
+async def signal_back(workflow_id: str) -> str:
+    handle = activity.client().get_workflow_handle(workflow_id)
+    await handle.signal("late", "from an activity")
+    return "sent"
+
+
+@workflow.defn
+class Dynamic:
+    @workflow.init
+    def __init__(self, name: str) -> None:
+        self.name = name  # set before any handler runs
+        self.seen: list[str] = []
+
+    @workflow.run
+    async def run(self, name: str) -> list[str]:
+        greeting = await workflow.execute_activity_method(Greeter.greet, self.name,
+                                                          start_to_close_timeout=timedelta(seconds=5))
+        self.seen.append(greeting)
+        await workflow.execute_activity(signal_back, workflow.info().workflow_id,
+                                        start_to_close_timeout=timedelta(seconds=5))
+        # The signal came before any handler existed: it is delivered as soon as one is set.
+        workflow.set_signal_handler("late", self.seen.append)
+        workflow.set_query_handler("count", lambda: len(self.seen))
+        workflow.set_update_handler("add", self._add, validator=self._check)
+        await workflow.wait_condition(lambda: len(self.seen) >= 3)
+        return self.seen
+
+    def _add(self, item: str) -> int:
+        self.seen.append(item)
+        return len(self.seen)
+
+    def _check(self, item: str) -> None:
+        if not item:
+            raise ValueError("empty")
+
+
+@run_async
+async def test_names_of_the_workflow_activity_and_testing_apis() -> None:
+    import ostinato.converter as converter
+
+    assert converter.DataConverter is not None and converter.PayloadCodec is not None
+    async with await WorkflowEnvironment.start_time_skipping() as env:
+        assert env.supports_time_skipping
+        assert isinstance(await env.get_current_time(), datetime)
+        with env.auto_time_skipping_disabled():
+            assert not env.service.time_skipping
+        assert env.supports_time_skipping
+        worker = Worker(env.client, task_queue=Q, workflows=[Dynamic],
+                        activities=[Greeter("Hello").greet, signal_back])
+        assert not worker.is_running
+        async with worker:
+            assert worker.is_running
+            handle = await env.client.start_workflow(Dynamic.run, "Ada", id="dynamic", task_queue=Q)
+            for _ in range(500):
+                try:
+                    if await handle.query("count") >= 2:
+                        break
+                except Exception:  # noqa: BLE001 - the query handler is not set yet
+                    pass
+                await asyncio.sleep(0.01)
+            assert await handle.execute_update("add", "tea") == 3
+            assert await handle.result() == ["Hello, Ada", "from an activity", "tea"]
+            assert handle.result_run_id == handle.run_id
+            kinds = [event["event_type"] async for event in handle.fetch_history_events()]
+            assert kinds[0] == "WORKFLOW_EXECUTION_STARTED" and kinds[-1] == "WORKFLOW_EXECUTION_COMPLETED"
+        assert not worker.is_running
