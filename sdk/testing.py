@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import inspect
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, ServedWorker, WorkerTransport
+from ostinato.sdk.activity import ActivityContext, ActivityInfo, set_context
 from ostinato.sdk.client import Client
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.streams.clock import FakeClock
@@ -25,7 +29,7 @@ from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.model import from_record
 from ostinato.streams.update_status import reached, update_status
 
-__all__ = ["EngineService", "WorkflowEnvironment"]
+__all__ = ["ActivityEnvironment", "EngineService", "WorkflowEnvironment"]
 
 Record = dict[str, Any]
 IDLE_S = 0.001
@@ -232,3 +236,52 @@ class WorkflowEnvironment:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
+
+
+class ActivityEnvironment:
+    """Run one activity function outside any worker, as Temporal's `testing.ActivityEnvironment` does: `info` is
+    what `activity.info()` answers, `on_heartbeat` sees every heartbeat's details, `cancel()` asks the running
+    activity to stop (an async one is cancelled; a plain function's next `heartbeat()` raises CancelledError),
+    `worker_shutdown()` makes `activity.is_worker_shutdown()` true, and `client` is what `activity.client()` gives."""
+
+    def __init__(self, client: Client | None = None) -> None:
+        now = datetime.now(UTC)
+        self.info = ActivityInfo(
+            activity_id="test", activity_type="unknown", attempt=1, namespace="default", workflow_id="test",
+            run_id="test-run", workflow_type="test", task_queue="test", scheduled_time=now,
+            current_attempt_scheduled_time=now, start_to_close_timeout=timedelta(seconds=1),
+            schedule_to_close_timeout=timedelta(seconds=1), heartbeat_timeout=None, heartbeat_details=())
+        self.on_heartbeat: Callable[..., None] = lambda *details: None
+        self.client = client
+        self._cancelled = threading.Event()
+        self._shutdown = threading.Event()
+        self._task: asyncio.Future[Any] | None = None
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def worker_shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """The activity's result (or its exception), run in a context of its own; a plain function runs in a
+        thread, as on a worker."""
+
+        def heartbeat(details: Sequence[Any]) -> None:
+            self.on_heartbeat(*details)
+            if self._cancelled.is_set() and not inspect.iscoroutinefunction(fn):
+                raise exc.CancelledError("activity cancelled")
+
+        context = contextvars.copy_context()
+        context.run(set_context, ActivityContext(self.info, heartbeat, self._cancelled.is_set, self._shutdown,
+                                                 self.client))
+        if inspect.iscoroutinefunction(fn):
+            self._task = asyncio.get_running_loop().create_task(fn(*args), context=context)
+        else:
+            self._task = asyncio.get_running_loop().run_in_executor(None, context.run, fn, *args)
+        try:
+            return await self._task
+        finally:
+            self._task = None

@@ -102,3 +102,49 @@ async def test_names_of_the_workflow_activity_and_testing_apis() -> None:
             kinds = [event["event_type"] async for event in handle.fetch_history_events()]
             assert kinds[0] == "WORKFLOW_EXECUTION_STARTED" and kinds[-1] == "WORKFLOW_EXECUTION_COMPLETED"
         assert not worker.is_running
+
+
+@activity.defn
+async def slow_counter(to: int) -> int:
+    for i in range(to):
+        activity.heartbeat(i)
+        await asyncio.sleep(0.01)
+    return activity.info().attempt
+
+
+@activity.defn
+def sync_counter(to: int) -> str:
+    for i in range(to):
+        activity.heartbeat(i)
+        if activity.is_worker_shutdown():
+            return "shutting down"
+    return "done"
+
+
+@run_async
+async def test_activity_environment_runs_an_activity_with_heartbeats_and_cancellation() -> None:
+    import dataclasses
+
+    import pytest
+
+    from ostinato.exceptions import CancelledError
+    from ostinato.testing import ActivityEnvironment
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=3)
+    beats: list[Any] = []
+    env.on_heartbeat = lambda *details: beats.append(details[0])
+    assert await env.run(slow_counter, 3) == 3
+    assert beats == [0, 1, 2]
+    running = asyncio.ensure_future(env.run(slow_counter, 1000))
+    await asyncio.sleep(0.05)
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    env2 = ActivityEnvironment()
+    env2.worker_shutdown()
+    assert await env2.run(sync_counter, 5) == "shutting down"
+    env3 = ActivityEnvironment()
+    env3.cancel()
+    with pytest.raises(CancelledError):
+        await env3.run(sync_counter, 5)
