@@ -117,6 +117,15 @@ class WorkflowExecutionDescription:
     raw: Record
     quarantined: list[Record] = field(default_factory=list)
 
+    @property
+    def last_workflow_task_failure(self) -> Record | None:
+        """Why the workflow task in flight's previous attempt failed or timed out (an `ostinato.Failure` record,
+        plus `cause`), or None: what to look at when a run is stuck on broken code. History records only the first
+        failure of such a series."""
+        task = self.raw.get("workflow_task") or {}
+        failure = task.get("last_failure")
+        return None if failure is None else {**failure, "cause": task.get("last_failure_cause", "")}
+
 
 class Client:
     def __init__(self, service: ClientTransport, *, namespace: str = "default",

@@ -37,6 +37,8 @@ class WorkflowTaskState:
     transient: bool = field(default=False, metadata=EPHEMERAL)
     retry_at_ms: int | None = field(default=None, metadata=EPHEMERAL)  # a transient attempt waiting for backoff
     speculative: bool = field(default=False, metadata=EPHEMERAL)  # carries updates only: may leave no trace
+    last_failure: Record | None = field(default=None, metadata=EPHEMERAL)  # why the previous attempt failed
+    last_failure_cause: str = field(default="", metadata=EPHEMERAL)
 
 
 @dataclass(slots=True)

@@ -340,6 +340,8 @@ def describe(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
     task = state.get("workflow_task")
     summary["workflow task"] = "none" if task is None else (
         f"{task.get('state', 'SCHEDULED')}, attempt {task['attempt']}, scheduled {_when(task['scheduled_time_ms'])}")
+    if task is not None and task.get("last_failure"):
+        summary["last task failure"] = f"{task['last_failure_cause']}: {task['last_failure']['message']}"
     summary["pending activities"] = len(state.get("activities", []))
     summary["timers"] = len(state.get("timers", []))
     summary["children"] = len(state.get("children", []))

@@ -57,7 +57,8 @@ def schedule_workflow_task(w: Writer, run_id: str, attempt: int | None = None) -
                                scheduled["event_id"] + 1, attempt, run.last_workflow_task_started_event_id, False))
 
 
-def schedule_transient_task(w: Writer, run_id: str, attempt: int, speculative: bool = False) -> None:
+def schedule_transient_task(w: Writer, run_id: str, attempt: int, speculative: bool = False,
+                            last_failure: Record | None = None, last_failure_cause: str = "") -> None:
     """Retry a failed or timed-out workflow task without writing its scheduled/started events.
 
     The second attempt goes out at once; later ones back off exponentially, so a workflow waiting for fixed code
@@ -77,7 +78,7 @@ def schedule_transient_task(w: Writer, run_id: str, attempt: int, speculative: b
         scheduled_event_id=run.next_event_id, started_event_id=run.next_event_id + 1, attempt=attempt,
         task_queue=run.task_queue, scheduled_time_ms=w.now_ms, started_time_ms=w.now_ms + delay,
         timeout_ms=run.task_timeout_ms, transient=True, retry_at_ms=w.now_ms + delay if delay else None,
-        speculative=speculative,
+        speculative=speculative, last_failure=last_failure, last_failure_cause=last_failure_cause,
     )
     if not delay:
         dispatch_transient(w, run)

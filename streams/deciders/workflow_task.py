@@ -140,4 +140,7 @@ def _end_and_retry(w: Writer, run: RunState, event_type: str, attrs: Record, *, 
             task.started_event_id if task.started_time_ms else 0)
         w.append(run.run_id, event_type, {"scheduled_event_id": task.scheduled_event_id,
                                           "started_event_id": started_event_id, **attrs})
-    schedule_transient_task(w, run.run_id, task.attempt + 1)
+    failure = attrs.get("failure") or make_failure(f"workflow task timed out ({attrs.get('timeout_type', '')})",
+                                                    "TIMEOUT")
+    schedule_transient_task(w, run.run_id, task.attempt + 1, last_failure={**failure, "stack_trace": failure.get(
+        "stack_trace", "")[:4000]}, last_failure_cause=attrs.get("cause", "TIMED_OUT"))

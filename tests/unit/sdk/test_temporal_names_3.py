@@ -148,3 +148,25 @@ async def test_activity_environment_runs_an_activity_with_heartbeats_and_cancell
     env3.cancel()
     with pytest.raises(CancelledError):
         await env3.run(sync_counter, 5)
+
+
+@workflow.defn
+class Broken:
+    @workflow.run
+    async def run(self) -> None:
+        raise KeyError("a bug, not a failure")
+
+
+@run_async
+async def test_describe_shows_why_the_workflow_task_keeps_failing() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Broken]):
+        handle = await env.client.start_workflow(Broken.run, id="broken", task_queue=Q)
+        for _ in range(500):
+            failure = (await handle.describe()).last_workflow_task_failure
+            if failure is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert failure is not None
+        assert failure["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE" and "a bug, not a failure" in failure["message"]
+        await handle.terminate("fixed elsewhere")
