@@ -125,6 +125,10 @@ class Counter:
     def go(self) -> None:
         self.released = True
 
+    @workflow.signal
+    def ping(self) -> None:
+        """For scale: a signal that changes nothing."""
+
     @workflow.run
     async def run(self) -> int:
         await workflow.wait_condition(lambda: self.released)

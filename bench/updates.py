@@ -70,7 +70,7 @@ async def run(args: argparse.Namespace) -> None:
             raise AssertionError("the validator should have refused a negative amount")
 
         print(f"update, rejected by its validator {_ms(await _timed(lone, rejected))}")
-        print(f"signal, for scale                 {_ms(await _timed(lone, lambda: handle.signal('go')))}")
+        print(f"signal, for scale                 {_ms(await _timed(lone, lambda: handle.signal('ping')))}")
         handles = await asyncio.gather(*(_start(client, "many") for _ in range(workflows)))
 
         async def updates(h: WorkflowHandle) -> None:
@@ -82,7 +82,7 @@ async def run(args: argparse.Namespace) -> None:
         spent = time.perf_counter() - began
         print(f"concurrent: {workflows} workflows x {per_workflow} updates each in {spent:.1f} s: "
               f"{workflows * per_workflow / spent:.0f} updates/s")
-        await asyncio.gather(*(h.signal("go") for h in handles))
+        await asyncio.gather(*(h.signal("go") for h in [handle, *handles]))
     finally:
         await engine.stop()
 
