@@ -462,26 +462,22 @@ class WorkflowInstance:
         its handler, whose return or `FailureError` completes it. A refused update goes in the task's answer, not
         in history."""
         update_id, name = request["update_id"], request["name"]
-        if name in self._update_handlers:
-            self._runtime_update(request, validate)
-            return
-        handler, dynamic = self.defn.update_handler(name)
-        if handler is None:
+        found = self._update_callables(name)
+        if found is None:
             if not validate:
                 raise exc.NondeterminismError(f"history accepted update {name!r} ({update_id}) but workflow "
                                               f"{self.defn.name} has no handler for it now")
-            known = ", ".join(sorted(n for n in self.defn.updates if n)) or "none"
+            known = ", ".join(sorted(n for n in [*self.defn.updates, *self._update_handlers] if n)) or "none"
             self._reject(update_id, exc.ApplicationError(
                 f"workflow {self.defn.name} has no update {name!r} (known: {known})", type="UpdateNotFound"))
             return
+        call, check, hints, handler = found
         try:
-            args = self.converter.decode(request["input"], None if dynamic else
-                                         self.defn.arg_hints(handler)[:len(request["input"])])
-            validator = self.defn.validators.get("" if dynamic else name)
-            if validate and validator is not None:
+            args = self.converter.decode(request["input"], None if hints is None else hints[:len(request["input"])])
+            if validate and check is not None:
                 self.read_only = f"the validator of update {name!r}"
                 try:
-                    validator(self.obj, *((name, args) if dynamic else args))
+                    check(*args)
                 finally:
                     self.read_only = ""
         except Exception as error:
@@ -490,45 +486,28 @@ class WorkflowInstance:
             self._reject(update_id, error)
             return
         self.command("AcceptUpdateCommand", {"update_id": update_id})
-
-        async def run() -> None:
-            try:
-                result = handler(self.obj, *((name, args) if dynamic else args))
-                if asyncio.iscoroutine(result):
-                    result = await result
-            except (exc.FailureError, asyncio.CancelledError) as error:
-                failure = error if isinstance(error, exc.FailureError) else \
-                    exc.CancelledError("update handler cancelled")
-                if not self.closed:
-                    self.command("CompleteUpdateCommand", {"update_id": update_id, "result": [],
-                                                           "failure": self.converter.encode_failure(failure)})
-                return
-            if not self.closed:
-                self.command("CompleteUpdateCommand", {"update_id": update_id,
-                                                       "result": self.converter.encode([result]), "failure": None})
-
-        self._track(self.loop.create_task(run(), name=f"update {name}"), "update", name, handler)
-
-    def _runtime_update(self, request: Record, validate: bool) -> None:
-        """An update whose handler was set while running: the same steps, calling plain callables."""
-        handler, validator = self._update_handlers[request["name"]]
-        update_id, name = request["update_id"], request["name"]
-        try:
-            args = self.converter.decode(request["input"], parameter_hints(handler)[:len(request["input"])])
-            if validate and validator is not None:
-                self.read_only = f"the validator of update {name!r}"
-                try:
-                    validator(*args)
-                finally:
-                    self.read_only = ""
-        except Exception as error:
-            if not validate:
-                raise
-            self._reject(update_id, error)
-            return
-        self.command("AcceptUpdateCommand", {"update_id": update_id})
-        self._track(self.loop.create_task(self._run_update(update_id, handler, args), name=f"update {name}"),
+        self._track(self.loop.create_task(self._run_update(update_id, call, args), name=f"update {name}"),
                     "update", name, handler)
+
+    def _update_callables(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None, list[Any] | None,
+                                                      Callable[..., Any]] | None:
+        """Update `name`'s handler and validator as callables taking the update's arguments, the hints to decode
+        them with (None: plain JSON), and the handler as defined (it carries its unfinished policy); None when the
+        workflow has none. A handler set while running comes first, then the class's, then the dynamic one."""
+        if name in self._update_handlers:
+            runtime_handler, runtime_validator = self._update_handlers[name]
+            return runtime_handler, runtime_validator, parameter_hints(runtime_handler), runtime_handler
+        handler, dynamic = self.defn.update_handler(name)
+        if handler is None:
+            return None
+        validator = self.defn.validators.get("" if dynamic else name)
+        if dynamic:  # called as (self, name, args)
+            def bind(fn: Callable[..., Any]) -> Callable[..., Any]:
+                return lambda *args: fn(self.obj, name, list(args))
+
+            return bind(handler), None if validator is None else bind(validator), None, handler
+        check = None if validator is None else functools.partial(validator, self.obj)
+        return functools.partial(handler, self.obj), check, self.defn.arg_hints(handler), handler
 
     async def _run_update(self, update_id: str, call: Callable[..., Any], args: list[Any]) -> None:
         try:
