@@ -5,9 +5,7 @@ report_cancellation, from outside the worker."""
 from __future__ import annotations
 
 import asyncio
-import functools
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -16,17 +14,11 @@ from ostinato.client import AsyncActivityCancelledError
 from ostinato.exceptions import ActivityError, ApplicationError, RPCError
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
+from tests.unit.sdk.support import run_async
 
 Q = "async-activities"
 TOKENS: list[bytes] = []
 
-
-def run_async(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 @activity.defn

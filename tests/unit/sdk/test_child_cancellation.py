@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-from typing import Any
 
 import pytest
 
@@ -15,16 +13,10 @@ from ostinato.exceptions import CancelledError, ChildWorkflowError, WorkflowFail
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
 from ostinato.workflow import ChildWorkflowCancellationType, ParentClosePolicy
+from tests.unit.sdk.support import run_async
 
 Q = "children"
 
-
-def run_async(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 @workflow.defn

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 from datetime import timedelta
 from typing import Any
 
@@ -14,17 +12,10 @@ from ostinato import activity, workflow
 from ostinato.exceptions import WorkflowFailureError
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
+from tests.unit.sdk.support import run_async
 
 Q = "rt"
 
-
-def run_async(fn: Any) -> Any:
-    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 @activity.defn

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import threading
 import time
@@ -23,6 +22,7 @@ from ostinato.exceptions import WorkflowAlreadyStartedError
 from ostinato.sdk.activity import ActivityContext, set_context
 from ostinato.testing import EngineService, WorkflowEnvironment
 from ostinato.worker import Worker
+from tests.unit.sdk.support import run_async
 
 with workflow.unsafe.imports_passed_through():
     import json  # as Temporal code imports what its workflows pass through the sandbox
@@ -30,14 +30,6 @@ with workflow.unsafe.imports_passed_through():
 Q = "names"
 Record = dict[str, Any]
 
-
-def run_async(fn: Any) -> Any:
-    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 # -- ostinato.client / ostinato.common ------------------------------------------------------------------------------

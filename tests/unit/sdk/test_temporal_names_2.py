@@ -5,7 +5,6 @@ workflow task that fails."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,17 +17,10 @@ from ostinato.exceptions import ActivityError
 from ostinato.sdk._workflow_worker import FailingRuns
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
+from tests.unit.sdk.support import run_async
 
 Q = "names-2"
 
-
-def run_async(fn: Any) -> Any:
-    """Run an async test on a fresh event loop (the suite has no asyncio plugin)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 # -- workflow.memo / memo_value ------------------------------------------------------------------------------------

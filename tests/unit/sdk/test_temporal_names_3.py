@@ -7,23 +7,16 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from datetime import datetime, timedelta
 from typing import Any
 
 from ostinato import activity, workflow
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
+from tests.unit.sdk.support import run_async
 
 Q = "names-3"
 
-
-def run_async(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 class Greeter:

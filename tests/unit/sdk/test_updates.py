@@ -6,7 +6,6 @@ non-determinism error)."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from datetime import timedelta
 from typing import Any
@@ -24,16 +23,10 @@ from ostinato.exceptions import ApplicationError, NondeterminismError
 from ostinato.sdk.replayer import Replayer
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Worker
+from tests.unit.sdk.support import run_async
 
 Q = "updates"
 
-
-def run_async(fn: Any) -> Any:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 @activity.defn
