@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 import pytest
@@ -34,12 +34,17 @@ def updates_in(history: list[dict[str, Any]]) -> list[tuple[str, str]]:
             for e in history if "UPDATE" in e["event_type"]]
 
 
+def _start_worker(url: str, log_path: Path) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """`ostinato worker tests.e2e.update_app:worker` against the server at `url`, as a user runs it."""
+    log = log_path.open("wb")
+    return subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.update_app:worker", "--server",
+                             url], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)), log
+
+
 def test_updates_through_the_sdk_the_api_and_the_cli(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
     init_cluster(kafka.bootstrap, topic_prefix, shards=2)
     server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log").start()
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.update_app:worker", "--server",
-                               server.url], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    worker, log = _start_worker(server.url, tmp_path / "worker.log")
     wf = f"cart-{uuid.uuid4().hex[:6]}"
     try:
         server.wait_owning(2)
@@ -127,9 +132,7 @@ def test_the_same_update_id_after_a_crash_returns_the_first_outcome(kafka: Kafka
                                                                    tmp_path: Path) -> None:
     init_cluster(kafka.bootstrap, topic_prefix, shards=2)
     server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log").start()
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.e2e.update_app:worker", "--server",
-                               server.url], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    worker, log = _start_worker(server.url, tmp_path / "worker.log")
     wf = f"crash-{uuid.uuid4().hex[:6]}"
     try:
         server.wait_owning(2)
