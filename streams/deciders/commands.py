@@ -46,7 +46,9 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
     carried = {u["update_id"] for u in run.admitted_updates
                if task is not None and u["delivered_task"] == task.scheduled_event_id}
     answered: set[str] = set()
-    in_progress = {u.update_id for u in run.updates.values() if not u.completed_event_id}
+    # Accepted updates still running: only scanned (up to max_updates of them) when the answer completes any.
+    in_progress = {u.update_id for u in run.updates.values() if not u.completed_event_id} \
+        if any(name == COMPLETE_UPDATE for name, _ in commands) else set()
     activity_ids = {a.activity_id for a in run.activities.values()}
     timers = set(run.timers)
     cancel_requested = {a.scheduled_event_id for a in run.activities.values() if a.cancel_requested}
