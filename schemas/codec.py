@@ -14,12 +14,14 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from ostinato.schemas.fast_writer import Writer, compile_writer
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -360,6 +362,8 @@ class SchemaRegistry:
                 self._sources[name.lstrip(".")] = item
         self._by_name: dict[str, SchemaInfo] = {}
         self._writers: dict[bytes, SchemaInfo] = {}
+        self._compiled: dict[str, Writer | None] = {}  # compiled on first use: start-up pays for none of them
+        self.crosscheck = False  # `crosscheck_from_environment`: tests write every record both ways
         for name, source in self._sources.items():
             if source["type"] != "record":
                 continue
@@ -409,6 +413,32 @@ class SchemaRegistry:
         type's range, a bool or a float (the message names the field's path).
         """
         info = self.schema(type_name)
+        try:
+            writer = self._compiled[type_name]
+        except KeyError:
+            writer = self._compiled[type_name] = compile_writer(info.parsed, self._named)
+        if writer is not None:
+            out_fast = bytearray(MAGIC)
+            out_fast += info.fingerprint
+            try:
+                writer(record, out_fast)
+            except Exception:  # noqa: BLE001 - not vouched for: the careful path below decides and explains
+                pass
+            else:
+                if self.crosscheck:
+                    self._crosscheck_equal(type_name, info, record, out_fast)
+                return bytes(out_fast)
+        return self._encode_carefully(type_name, info, record)
+
+    def _crosscheck_equal(self, type_name: str, info: SchemaInfo, record: dict[str, Any], fast: bytearray) -> None:
+        """Tests run every encode both ways: the compiled writer must write what fastavro writes, and only
+        records the careful path accepts."""
+        careful = self._encode_carefully(type_name, info, record)
+        if careful != fast:
+            raise AssertionError(f"compiled Avro writer of {type_name} wrote {bytes(fast).hex()}, fastavro "
+                                 f"{careful.hex()}, for {record!r}")
+
+    def _encode_carefully(self, type_name: str, info: SchemaInfo, record: dict[str, Any]) -> bytes:
         out = io.BytesIO()
         out.write(MAGIC)
         out.write(info.fingerprint)
@@ -469,6 +499,13 @@ def _restore_union_names(named: Any, resolved: Any) -> Any:
 def registry() -> SchemaRegistry:
     """The process-wide registry of the shipped schemas (built on first use)."""
     return SchemaRegistry()
+
+
+def crosscheck_from_environment(environ: Mapping[str, str]) -> None:
+    """Under OSTINATO_CODEC_CROSSCHECK=1 (the test suite sets it, and the servers and workers it starts inherit
+    it) every record is written by the compiled writer and by fastavro, and a difference raises. The process's
+    entry points call this: the deterministic core reads no environment."""
+    registry().crosscheck = environ.get("OSTINATO_CODEC_CROSSCHECK", "") not in ("", "0")
 
 
 def encode(type_name: str, record: dict[str, Any]) -> bytes:

@@ -30,6 +30,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from ostinato.schemas import codec
 from ostinato.services.admin.cluster import read_settings
 from ostinato.services.admin.ownership import OwnershipTable
 from ostinato.services.frontend.api import install_owner_reads
@@ -113,6 +114,7 @@ def serve(spec: MemberSpec) -> int:
 def main(argv: list[str]) -> None:
     spec = MemberSpec(**json.loads(argv[1]))
     die_with_parent(spec.parent_pid)
+    codec.crosscheck_from_environment(os.environ)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s processor-{spec.index} %(name)s: %(message)s")
     raise SystemExit(serve(spec))

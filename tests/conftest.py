@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -13,8 +14,14 @@ import pytest
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.infra.opensearch import OpenSearchServer
 from ostinato.infra.s3 import S3Server
+from ostinato.schemas import codec
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Every encode in the tests (and in the servers and workers they start, which inherit the environment) is
+# written both by the compiled Avro writers and by fastavro, and must come out the same (schemas/fast_writer.py).
+os.environ.setdefault("OSTINATO_CODEC_CROSSCHECK", "1")
+codec.crosscheck_from_environment(os.environ)
 
 
 @pytest.fixture(scope="session")

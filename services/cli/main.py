@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from enum import StrEnum
@@ -20,6 +21,7 @@ from ostinato.infra import defaults
 from ostinato.infra.errors import InfraError
 from ostinato.infra.kafka import KafkaCluster, fetch
 from ostinato.kafka.clients import KafkaConfigError, KafkaUnavailable
+from ostinato.schemas import codec
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster
 from ostinato.services.cli.acl import app as acl_app
@@ -488,6 +490,7 @@ def s3_status(home: S3HomeOpt = _DEFAULT_S3_HOME, output: OutputOpt = Output.TAB
 
 def main() -> None:
     """Entry point: expected failures print one clear line, never a stack trace."""
+    codec.crosscheck_from_environment(os.environ)
     try:
         app()
     except (InfraError, ClusterError, KafkaUnavailable, KafkaConfigError) as exc:
