@@ -36,11 +36,27 @@ class Unsure(Exception):
     """The compiled writer does not vouch for this datum; the careful path decides."""
 
 
-class _NotCompiled(Exception):
+class NotCompiled(Exception):
     """The schema has a construct the compiled writers leave to fastavro."""
 
 
 def _varint(z: int) -> bytes:
+    """The varint of a non-negative (zigzagged) value. Unrolled for up to 7 bytes: a millisecond timestamp
+    takes 6, and timestamps are most of the values past the table."""
+    if z < 1 << 21:
+        return bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14)) if z >= 1 << 14 else \
+            bytes((z & 0x7F | 0x80, z >> 7)) if z > 0x7F else bytes((z,))
+    if z < 1 << 49:
+        if z < 1 << 28:
+            return bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14 & 0x7F | 0x80, z >> 21))
+        if z < 1 << 35:
+            return bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14 & 0x7F | 0x80, z >> 21 & 0x7F | 0x80,
+                          z >> 28))
+        if z < 1 << 42:
+            return bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14 & 0x7F | 0x80, z >> 21 & 0x7F | 0x80,
+                          z >> 28 & 0x7F | 0x80, z >> 35))
+        return bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14 & 0x7F | 0x80, z >> 21 & 0x7F | 0x80,
+                      z >> 28 & 0x7F | 0x80, z >> 35 & 0x7F | 0x80, z >> 42))
     out = bytearray()
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
@@ -52,26 +68,18 @@ def _varint(z: int) -> bytes:
 _TABLE.extend(_varint(z) for z in range(_SMALL))
 
 
-def _long(x: Any, b: bytearray, low: int = _LONG_MIN, high: int = _LONG_MAX) -> None:
-    """The general case of an int or long: the generated code inlines the common one."""
-    if x.__class__ is not int or not low <= x <= high:
-        raise Unsure
-    z = (x << 1) ^ (x >> 63)
-    b += _TABLE[z] if z < _SMALL else _varint(z)
-
-
-class _Compiler:
-    """Generates one function per named record type; primitives, enums and null unions are inlined."""
+class NamedTypes:
+    """The named types of an expanded schema: fastavro inlines a named type at its first use and leaves its
+    name elsewhere (and some names it does not expand at all), so generated code resolves names here."""
 
     def __init__(self, named: dict[str, Any]) -> None:
         self.named = named
-        self.functions: dict[str, str] = {}  # record full name -> function name
-        self.schemas: dict[str, Any] = {}  # full name -> the schema dict seen first (the expanded form inlines once)
-        self.constants: dict[str, Any] = {"_TABLE": _TABLE, "_SMALL": _SMALL, "_varint": _varint, "_long": _long,
-                                          "Unsure": Unsure, "_pack_d": struct.Struct("<d").pack,
-                                          "_pack_f": struct.Struct("<f").pack, "_list_types": (list, tuple)}
+        self.functions: dict[str, str] = {}  # record full name -> generated function name
+        self.schemas: dict[str, Any] = {}  # full name -> the schema dict seen first
         self.pending: list[str] = []  # record types whose function is named but not yet generated
-        self.pending_tables: list[tuple[str, dict[str, tuple[bytes, str]]]] = []  # union -> (tag, function name)
+        self.constants: dict[str, Any] = {"Unsure": Unsure}
+        self.pending_tables: list[tuple[str, dict[Any, Any]]] = []  # filled with functions once they exist
+        self.prefix = "_f"
 
     def const(self, value: Any) -> str:
         name = f"_c{len(self.constants)}"
@@ -108,9 +116,35 @@ class _Compiler:
     def record_function(self, s: dict[str, Any]) -> str:
         name = s["name"]
         if name not in self.functions:
-            self.functions[name] = f"_w{len(self.functions)}"
+            self.functions[name] = f"{self.prefix}{len(self.functions)}"
             self.pending.append(name)
         return self.functions[name]
+
+    def build(self, parsed: dict[str, Any], body: Callable[[str], list[str]]) -> Any:
+        """The function generated for the record schema `parsed`, or None (a construct left to fastavro)."""
+        self.register(parsed)
+        top = self.record_function(parsed)
+        source: list[str] = []
+        try:
+            while self.pending:
+                source += body(self.pending.pop())
+        except NotCompiled:
+            return None
+        namespace: dict[str, Any] = dict(self.constants)
+        exec(compile("\n".join(source), f"<avro {self.prefix} {parsed['name']}>", "exec"), namespace)
+        for table_name, table in self.pending_tables:  # union tables name functions defined only now
+            namespace[table_name] = {k: (tag, namespace[fn]) for k, (tag, fn) in table.items()}
+        return namespace[top]
+
+
+class _Compiler(NamedTypes):
+    """Generates one writer per named record type; primitives, enums and null unions are inlined."""
+
+    def __init__(self, named: dict[str, Any]) -> None:
+        super().__init__(named)
+        self.prefix = "_w"
+        self.constants.update({"_TABLE": _TABLE, "_SMALL": _SMALL, "_varint": _varint,
+                               "_pack_d": struct.Struct("<d").pack, "_pack_f": struct.Struct("<f").pack})
 
     def emit(self, s: Any, var: str, out: list[str], ind: str, depth: int) -> None:
         """Lines writing the datum in `var` of schema `s` to `b`."""
@@ -169,7 +203,7 @@ class _Compiler:
         elif kind == "union":
             self.emit_union(s, var, out, ind, depth)
         else:
-            raise _NotCompiled(f"{kind}")
+            raise NotCompiled(f"{kind}")
 
     def emit_union(self, branches: list[Any], var: str, out: list[str], ind: str, depth: int) -> None:
         resolved = [self.resolve(x) for x in branches]
@@ -195,7 +229,7 @@ class _Compiler:
             out.append(f"{ind}b += t[0]")
             out.append(f"{ind}t[1]({var}[1], b)")
             return
-        raise _NotCompiled(f"union of {kinds}")
+        raise NotCompiled(f"union of {kinds}")
 
     def record_body(self, name: str) -> list[str]:
         s = self.schemas[name]
@@ -228,18 +262,5 @@ def compile_writer(parsed: dict[str, Any], named: dict[str, Any]) -> Writer | No
     names. The writer appends to a bytearray and raises `Unsure` (or a KeyError, TypeError...) for a datum it
     does not vouch for."""
     compiler = _Compiler(named)
-    compiler.register(parsed)
-    top = compiler.record_function(parsed)
-    source: list[str] = []
-    try:
-        while compiler.pending:
-            source += compiler.record_body(compiler.pending.pop())
-    except _NotCompiled:
-        return None
-    namespace: dict[str, Any] = dict(compiler.constants)
-    exec(compile("\n".join(source), f"<avro writer {parsed['name']}>", "exec"), namespace)
-    for table_name, table in compiler.pending_tables:  # union tables name functions defined only now
-        namespace[table_name] = {k: (tag, namespace[fn]) for k, (tag, fn) in table.items()}
-    writer: Writer = namespace[top]
+    writer: Writer | None = compiler.build(parsed, compiler.record_body)
     return writer
-

@@ -1,5 +1,6 @@
-"""The compiled Avro writers (schemas/fast_writer.py) write what fastavro writes, for every schema Ostinato has,
-and leave every datum they are unsure of to the careful path, which explains what is wrong."""
+"""The compiled Avro writers and readers (schemas/fast_writer.py, fast_reader.py) write and read what fastavro
+writes and reads, for every schema Ostinato has, and leave every datum or byte string they are unsure of to the
+careful path, which explains what is wrong."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ostinato.schemas import codec
-from ostinato.schemas.fast_writer import Unsure, compile_writer
+from ostinato.schemas.fast_reader import compile_reader
+from ostinato.schemas.fast_writer import Unsure, _varint, compile_writer
 
 REGISTRY = codec.registry()
 NAMES = sorted(info.name for info in REGISTRY.schemas)
@@ -61,17 +63,74 @@ def careful(name: str, record: Any) -> bytes:
     return REGISTRY._encode_carefully(name, REGISTRY.schema(name), record)[codec.HEADER_LEN:]
 
 
+def read_fast(name: str, body: bytes) -> Any:
+    reader = compile_reader(REGISTRY.schema(name).parsed, NAMED)
+    assert reader is not None, f"{name} has no compiled reader"
+    record, end = reader(body, 0)
+    if end != len(body):
+        raise Unsure
+    return record
+
+
+def read_carefully(name: str, body: bytes) -> Any:
+    info = REGISTRY.schema(name)
+    return REGISTRY._decode_carefully(info, info, b"\0" * codec.HEADER_LEN + body)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_schema_compiles(name: str) -> None:
     assert compile_writer(REGISTRY.schema(name).parsed, NAMED) is not None
+    assert compile_reader(REGISTRY.schema(name).parsed, NAMED) is not None
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
-def test_compiled_writers_write_what_fastavro_writes(name: str, data: st.DataObject) -> None:
+def test_compiled_writers_and_readers_agree_with_fastavro(name: str, data: st.DataObject) -> None:
     record = data.draw(datum(REGISTRY.schema(name).parsed))
-    assert fast(name, record) == careful(name, record)
+    body = fast(name, record)
+    assert body == careful(name, record)
+    assert repr(read_fast(name, body)) == repr(read_carefully(name, body))  # the same values, types and order
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**64 - 1))
+def test_varints_past_the_table(z: int) -> None:
+    expected = bytearray()
+    rest = z
+    while rest > 0x7F:
+        expected.append(rest & 0x7F | 0x80)
+        rest >>= 7
+    expected.append(rest)
+    assert _varint(z) == bytes(expected)
+
+
+TIMER = "ostinato.history.TimerFiredEventAttributes"
+
+
+@pytest.mark.parametrize(("what", "body"), [
+    ("truncated", fast(TIMER, {"timer_id": "abc", "started_event_id": 300})[:-1]),
+    ("trailing bytes", fast(TIMER, {"timer_id": "abc", "started_event_id": 300}) + b"\x00"),
+    ("a string longer than the record", b"\x40abc\x02"),
+    ("a negative length", b"\x03abc\x02"),
+    ("a varint that never ends", b"\x06abc" + b"\xff" * 11),
+])
+def test_what_the_compiled_reader_is_unsure_of_is_refused_by_fastavro(what: str, body: bytes) -> None:
+    with pytest.raises((Unsure, IndexError, UnicodeDecodeError)):
+        read_fast(TIMER, body)
+    with pytest.raises(codec.DecodeError):
+        read_carefully(TIMER, body)
+
+
+def test_a_union_index_out_of_range_is_refused() -> None:
+    body = bytearray(fast("ostinato.history.HistoryEvent", {
+        "event_id": 1, "event_time_ms": 0, "event_type": "TIMER_FIRED", "applier_version": 1,
+        "attributes": ("ostinato.history.TimerFiredEventAttributes", {"timer_id": "t", "started_event_id": 1})}))
+    body[body.index(b"\x02t") - 1] = 0x7E  # the branch index: 63 of 44
+    with pytest.raises(KeyError):
+        read_fast("ostinato.history.HistoryEvent", bytes(body))
+    with pytest.raises(codec.DecodeError):
+        read_carefully("ostinato.history.HistoryEvent", bytes(body))
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
