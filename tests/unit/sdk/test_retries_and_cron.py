@@ -94,10 +94,16 @@ async def test_a_workflow_retried_three_times_then_succeeding() -> None:
 async def test_maximum_attempts_reached_fails_the_workflow() -> None:
     async with await WorkflowEnvironment.start_time_skipping() as env, \
             Worker(env.client, task_queue=Q, workflows=[AlwaysFails]):
+        handle = await env.client.start_workflow(AlwaysFails.run, id="always", task_queue=Q,
+                                                 retry_policy=RetryPolicy(maximum_attempts=3))
         with pytest.raises(WorkflowFailureError) as raised:
-            await env.client.execute_workflow(AlwaysFails.run, id="always", task_queue=Q,
-                                              retry_policy=RetryPolicy(maximum_attempts=3))
+            await handle.result()
         assert "no" in str(raised.value.cause)
+        latest = env.client.get_workflow_handle("always")
+        assert (await latest.describe()).raw["attempt"] == 3
+        closed = [e async for e in latest.fetch_history_events()][-1]
+        assert closed["event_type"] == "WORKFLOW_EXECUTION_FAILED"
+        assert closed["attributes"][1]["retry_state"] == "MAXIMUM_ATTEMPTS_REACHED"
         with pytest.raises(WorkflowFailureError):
             await env.client.execute_workflow(AlwaysFails.run, id="never-again", task_queue=Q, retry_policy=RetryPolicy(
                 maximum_attempts=0, non_retryable_error_types=["Broken"]))
