@@ -364,12 +364,12 @@ class WorkflowInstance:
             datetime.fromtimestamp(event["event_time_ms"] / 1000, UTC),
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
             None if exec_timeout is None else timedelta(milliseconds=exec_timeout),
-            attrs["cron_schedule"] or None,
+            attrs.get("cron_schedule") or None,  # .get: histories saved as JSON before it existed lack it
             RetryPolicy.from_record(attrs["retry_policy"]))
         # What the previous run of a retried or cron chain left: `workflow.get_last_failure()` and
         # `workflow.get_last_completion_result()` read them.
-        self.last_failure = attrs["continued_failure"]
-        self.last_completion_result = list(attrs["last_completion_result"])
+        self.last_failure = attrs.get("continued_failure")
+        self.last_completion_result = list(attrs.get("last_completion_result") or [])
         self.memo = dict(attrs["memo"])
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
         self.obj = self.defn.cls(*args) if self.defn.init_takes_args else self.defn.cls()
