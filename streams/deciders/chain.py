@@ -2,9 +2,10 @@
 
 Temporal's rules: a failed (or run-timed-out) run is retried while its retry policy allows; when it is not (or has
 no policy) and the run has a cron schedule, the next cron run starts at the schedule's next time, as it does after a
-completed run; otherwise the run closes for good. Either way the run closes with CONTINUED_AS_NEW (initiator RETRY
-or CRON_SCHEDULE) and the new run's first workflow task waits for the backoff, so a parent, a result long-poll or
-`handle.result()` follows the chain exactly as for continue-as-new and sees only the final outcome.
+completed run; otherwise (or once cancellation was requested) the run closes for good. Either way the run closes
+with CONTINUED_AS_NEW (initiator RETRY or CRON_SCHEDULE) and the new run's first workflow task waits for the
+backoff, so a parent, a result long-poll or `handle.result()` follows the chain exactly as for continue-as-new and
+sees only the final outcome.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def time_out(w: Writer, run_id: str, failure: Record, whole_execution: bool) -> 
 
 def _retry_or_cron(w: Writer, run: RunState, failure: Record, completed_id: int) -> str | None:
     """Start the run's next run if its retry policy or cron schedule asks for one (None then), or why not."""
+    if run.cancel_requested:  # asked to stop: neither a retry nor the next cron run brings it back
+        return "CANCEL_REQUESTED"
     policy = None if run.retry_policy is None else with_defaults(run.retry_policy)
     decision = decide_retry(policy, run.attempt, failure, w.now_ms, run.execution_expiration_time_ms)
     if decision.retry_state == "IN_PROGRESS":
@@ -74,7 +77,7 @@ def _retry_or_cron(w: Writer, run: RunState, failure: Record, completed_id: int)
 
 def _cron_backoff(w: Writer, run: RunState) -> int | None:
     """The wait until the next cron run, None when there is none (no schedule, or after the execution timeout)."""
-    if not run.cron_schedule:
+    if not run.cron_schedule or run.cancel_requested:
         return None
     backoff = cron.backoff_ms(run.cron_schedule, w.now_ms)
     expires = run.execution_expiration_time_ms

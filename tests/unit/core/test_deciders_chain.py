@@ -180,6 +180,21 @@ def test_cancel_and_terminate_are_never_retried() -> None:
     assert types(step)[-1] == ev.WORKFLOW_EXECUTION_CANCELED and len(h.workflow.runs) == 1
 
 
+def test_a_run_asked_to_cancel_is_not_retried_nor_repeated() -> None:
+    h = Harness(now=0)
+    start(h, retry_policy=POLICY)
+    h.complete_task(wf_command("StartTimerCommand", {"timer_id": "t", "start_to_fire_timeout_ms": MINUTE}))
+    h.send("RequestCancelWorkflowExecution", {"reason": "stop"})
+    step = fail(h)
+    assert attrs(step, ev.WORKFLOW_EXECUTION_FAILED)["retry_state"] == "CANCEL_REQUESTED"
+    h = Harness(now=0)
+    start(h, cron_schedule="@hourly")
+    h.send("RequestCancelWorkflowExecution", {"reason": "stop"})
+    wait_out_backoff(h)
+    step = complete(h)  # the workflow ignored the request and completed: the chain still ends
+    assert types(step)[-1] == ev.WORKFLOW_EXECUTION_COMPLETED and len(h.workflow.runs) == 1
+
+
 def test_termination_during_the_backoff_stops_the_chain() -> None:
     h = Harness()
     start(h, retry_policy=POLICY)
