@@ -252,7 +252,7 @@ def start_child(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
 
 
 def _external(w: Writer, run_id: str, c: Record, completed_id: int, event_type: str,
-              body: tuple[str, Record], extra: Record) -> None:
+              body: tuple[str, Record], extra: Record, chain: str = "") -> None:
     run = w.run(run_id)
     namespace = c["namespace"] or run.namespace
     event = w.append(run_id, event_type, {
@@ -261,8 +261,9 @@ def _external(w: Writer, run_id: str, c: Record, completed_id: int, event_type: 
     origin = {"namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run_id,
               "initiated_event_id": event["event_id"], "child_workflow_only": c["child_workflow_only"]}
     target = c["execution"]
-    send(w, namespace, target["workflow_id"], target["run_id"], f"{run_id}/external/{event['event_id']}",
-         (body[0], {**body[1], "external": origin}))
+    addressed = (target["run_id"], {}) if not chain else ("", {"first_execution_run_id": chain})
+    send(w, namespace, target["workflow_id"], addressed[0], f"{run_id}/external/{event['event_id']}",
+         (body[0], {**body[1], **addressed[1], "external": origin}))
 
 
 def signal_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
@@ -273,8 +274,15 @@ def signal_external(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
 
 
 def cancel_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    # A child named by the run it started as may have moved on since (retried, cron, continue-as-new): the request
+    # goes to its chain's current run, never to a later unrelated workflow with the same id.
+    target = c["execution"]
+    chain = target["run_id"] if any(
+        child.workflow_id == target["workflow_id"] and child.run_id == target["run_id"] and target["run_id"]
+        for child in w.run(run_id).children.values()) else ""
     _external(w, run_id, c, completed_id, ev.REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-              (wire.command_type("RequestCancelWorkflowExecution"), {"reason": c["reason"]}), {"reason": c["reason"]})
+              (wire.command_type("RequestCancelWorkflowExecution"), {"reason": c["reason"]}), {"reason": c["reason"]},
+              chain)
 
 
 def record_marker(w: Writer, run_id: str, c: Record, completed_id: int) -> None:

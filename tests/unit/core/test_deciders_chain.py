@@ -301,3 +301,22 @@ def test_a_child_carries_its_cron_schedule() -> None:
     assert attrs(step, ev.START_CHILD_WORKFLOW_EXECUTION_INITIATED)["cron_schedule"] == "@daily"
     child.deliver(sent(step, "StartWorkflowExecution")[0])
     assert child.run.cron_schedule == "@daily" and child.run.execution_time_ms == 24 * 60 * MINUTE
+
+
+def test_a_parent_cancels_its_retried_child_through_the_chain() -> None:
+    parent, child = Shard(workflow=Workflow(NS, "parent-1")), Shard(workflow=Workflow(NS, WF))
+    parent.start()
+    step = parent.complete_task(wf_command("StartChildWorkflowExecutionCommand", {
+        "workflow_id": WF, "workflow_type": "Ship", "retry_policy": POLICY}))
+    up = child.deliver(sent(step, "StartWorkflowExecution")[0])
+    parent.deliver(sent(up, "ChildWorkflowExecutionStartedNotification")[0])
+    first = child.run_id
+    fail(child)
+    wait_out_backoff(child)
+    step = parent.complete_task(wf_command("RequestCancelExternalWorkflowExecutionCommand", {
+        "execution": {"workflow_id": WF, "run_id": first}, "child_workflow_only": True}))
+    request = sent(step, "RequestCancelWorkflowExecution")[0]
+    assert (request["run_id"], request["body"][1]["first_execution_run_id"]) == ("", first)
+    reached = child.deliver(request)
+    assert types(reached) == [ev.WORKFLOW_EXECUTION_CANCEL_REQUESTED] and child.run_id != first
+    assert child.run.cancel_requested
