@@ -29,7 +29,8 @@ class Flaky:
         info = workflow.info()
         last = workflow.get_last_failure()
         seen = [info.attempt, info.first_execution_run_id == info.run_id, str(last) if last else None,
-                workflow.now().timestamp()]
+                workflow.now().timestamp(), info.retry_policy.maximum_attempts if info.retry_policy else None,
+                info.cron_schedule]
         if info.attempt < 3:
             raise ApplicationError(f"attempt {info.attempt} of {name} failed", type="Flaky")
         return seen
@@ -72,14 +73,23 @@ class ParentOfBroken:
         return "completed?"
 
 
+@workflow.defn
+class StartsCronChild:
+    @workflow.run
+    async def run(self) -> str:
+        child = await workflow.start_child_workflow(Counter.run, id="cron-child", cron_schedule="* * * * *",
+                                                    parent_close_policy=workflow.ParentClosePolicy.ABANDON)
+        return child.run_id or ""
+
+
 @run_async
 async def test_a_workflow_retried_three_times_then_succeeding() -> None:
     async with await WorkflowEnvironment.start_time_skipping() as env, \
             Worker(env.client, task_queue=Q, workflows=[Flaky]):
         begin = (await env.get_current_time()).timestamp()
         handle = await env.client.start_workflow(Flaky.run, "job", id="flaky", task_queue=Q, retry_policy=RETRY)
-        attempt, first_run, last_failure, at = await handle.result()
-        assert attempt == 3 and first_run is False
+        attempt, first_run, last_failure, at, maximum_attempts, cron_schedule = await handle.result()
+        assert attempt == 3 and first_run is False and (maximum_attempts, cron_schedule) == (5, None)
         assert last_failure == "attempt 2 of job failed"
         assert 30 <= at - begin < 31  # 10 s then 20 s of backoff, in virtual time
         runs = [e async for e in handle.fetch_history_events()]
@@ -151,7 +161,20 @@ async def test_cron_every_minute_for_five_runs() -> None:
 async def test_a_parent_sees_its_retried_child_once() -> None:
     async with await WorkflowEnvironment.start_time_skipping() as env, \
             Worker(env.client, task_queue=Q, workflows=[Parent, Flaky, ParentOfBroken, AlwaysFails]):
-        attempt, _, last_failure, _ = await env.client.execute_workflow(Parent.run, id="parent", task_queue=Q)
+        attempt, _, last_failure, *_ = await env.client.execute_workflow(Parent.run, id="parent", task_queue=Q)
         assert (attempt, last_failure) == (3, "attempt 2 of child failed")
         assert await env.client.execute_workflow(ParentOfBroken.run, id="parent-2", task_queue=Q) == \
             "MAXIMUM_ATTEMPTS_REACHED"
+
+
+@run_async
+async def test_a_child_started_with_a_cron_schedule_repeats() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[StartsCronChild, Counter]):
+        first = await env.client.execute_workflow(StartsCronChild.run, id="cron-parent", task_queue=Q)
+        child = env.client.get_workflow_handle("cron-child")
+        assert (await child.describe()).raw["cron_schedule"] == "* * * * *"
+        await env.sleep(timedelta(minutes=3))
+        latest = await child.describe()
+        assert latest.run_id != first and latest.raw["attempt"] == 1
+        await child.terminate("enough")
