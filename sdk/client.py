@@ -578,7 +578,7 @@ class WithStartWorkflowOperation:
                  task_timeout: timedelta | None = None,
                  id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED", retry_policy: RetryPolicy | None = None,
                  memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
-                 request_id: str | None = None, result_type: Any = None) -> None:
+                 request_id: str | None = None, result_type: Any = None, cron_schedule: str = "") -> None:
         self.workflow_name, hint = _workflow_name(workflow)
         self.id = id
         self.request_id = request_id
@@ -587,7 +587,8 @@ class WithStartWorkflowOperation:
         self._options: Record = dict(task_queue=task_queue, execution_timeout=execution_timeout,
                                      run_timeout=run_timeout, task_timeout=task_timeout,
                                      id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
-                                     retry_policy=retry_policy, memo=memo, search_attributes=search_attributes)
+                                     retry_policy=retry_policy, memo=memo, search_attributes=search_attributes,
+                                     cron_schedule=cron_schedule)
         self._handle: asyncio.Future[WorkflowHandle] | None = None
 
     def body(self, converter: DataConverter) -> Record:
