@@ -27,6 +27,7 @@ from ostinato.sdk import _context, _guards
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import UNFINISHED_ATTR, WorkflowDefinition, parameter_hints
 from ostinato.sdk._loop import WorkflowLoop
+from ostinato.sdk.common import RetryPolicy
 from ostinato.sdk.data import DataConverter
 
 Record = dict[str, Any]
@@ -84,6 +85,8 @@ class WorkflowInfo:
     start_time: datetime
     run_timeout: timedelta | None
     execution_timeout: timedelta | None
+    cron_schedule: str | None = None  # None when the workflow has none, as in Temporal
+    retry_policy: RetryPolicy | None = None
 
 
 @dataclass
@@ -133,6 +136,8 @@ class WorkflowInstance:
         self.loop = WorkflowLoop(self)  # type: ignore[abstract]
         self.random = random.Random(int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big"))
         self.info: WorkflowInfo | None = None
+        self.last_failure: Record | None = None
+        self.last_completion_result: list[Record] = []
         self.obj: Any = None
         self.main: asyncio.Task[Any] | None = None
         self.replaying = False
@@ -358,7 +363,13 @@ class WorkflowInstance:
             attrs["attempt"], attrs["first_execution_run_id"], attrs["continued_execution_run_id"], attrs["parent"],
             datetime.fromtimestamp(event["event_time_ms"] / 1000, UTC),
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
-            None if exec_timeout is None else timedelta(milliseconds=exec_timeout))
+            None if exec_timeout is None else timedelta(milliseconds=exec_timeout),
+            attrs.get("cron_schedule") or None,  # .get: histories saved as JSON before it existed lack it
+            RetryPolicy.from_record(attrs["retry_policy"]))
+        # What the previous run of a retried or cron chain left: `workflow.get_last_failure()` and
+        # `workflow.get_last_completion_result()` read them.
+        self.last_failure = attrs.get("continued_failure")
+        self.last_completion_result = list(attrs.get("last_completion_result") or [])
         self.memo = dict(attrs["memo"])
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
         self.obj = self.defn.cls(*args) if self.defn.init_takes_args else self.defn.cls()

@@ -165,17 +165,22 @@ class Client:
                              retry_policy: RetryPolicy | None = None,
                              memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
                              request_id: str | None = None, result_type: Any = None,
-                             args: Sequence[Any] | None = None) -> WorkflowHandle:
+                             args: Sequence[Any] | None = None, cron_schedule: str = "") -> WorkflowHandle:
         """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies). Arguments
         go positionally or, as in Temporal's SDK, as `args=[...]`.
 
         `id_reuse_policy` and `id_conflict_policy` take the `ostinato.common` enums (or their names); left
-        unspecified, the engine allows reusing a closed run's id and fails a start while a run is open."""
+        unspecified, the engine allows reusing a closed run's id and fails a start while a run is open.
+
+        `retry_policy` retries a failed (or run-timed-out) run as a new run of the same id; `cron_schedule` (5-field
+        cron, UTC) starts a run at each of its times, the first one included, until the workflow is terminated or
+        canceled. The handle's `result()` follows such a chain to its final outcome."""
         name, hint = _workflow_name(workflow)
         body = _start_body(self.data_converter, name, defs.call_arguments(args_, args), task_queue=task_queue,
                            execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
                            id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
-                           retry_policy=retry_policy, memo=memo, search_attributes=search_attributes)
+                           retry_policy=retry_policy, memo=memo, search_attributes=search_attributes,
+                           cron_schedule=cron_schedule)
         reply = await self.service.send(self.namespace, id, "", (command_type("StartWorkflowExecution"), body),
                                         request_id or uuid.uuid4().hex, self.identity)
         name_, record = reply
@@ -573,7 +578,7 @@ class WithStartWorkflowOperation:
                  task_timeout: timedelta | None = None,
                  id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED", retry_policy: RetryPolicy | None = None,
                  memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
-                 request_id: str | None = None, result_type: Any = None) -> None:
+                 request_id: str | None = None, result_type: Any = None, cron_schedule: str = "") -> None:
         self.workflow_name, hint = _workflow_name(workflow)
         self.id = id
         self.request_id = request_id
@@ -582,7 +587,8 @@ class WithStartWorkflowOperation:
         self._options: Record = dict(task_queue=task_queue, execution_timeout=execution_timeout,
                                      run_timeout=run_timeout, task_timeout=task_timeout,
                                      id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
-                                     retry_policy=retry_policy, memo=memo, search_attributes=search_attributes)
+                                     retry_policy=retry_policy, memo=memo, search_attributes=search_attributes,
+                                     cron_schedule=cron_schedule)
         self._handle: asyncio.Future[WorkflowHandle] | None = None
 
     def body(self, converter: DataConverter) -> Record:
@@ -625,7 +631,7 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
                 execution_timeout: timedelta | None, run_timeout: timedelta | None, task_timeout: timedelta | None,
                 id_reuse_policy: WorkflowIDReusePolicy | str, id_conflict_policy: WorkflowIDConflictPolicy | str,
                 retry_policy: RetryPolicy | None, memo: dict[str, Any] | None,
-                search_attributes: dict[str, Any] | None) -> Record:
+                search_attributes: dict[str, Any] | None, cron_schedule: str = "") -> Record:
     return {
         "workflow_type": name, "task_queue": task_queue, "input": converter.encode(list(arguments)),
         "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
@@ -634,7 +640,7 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
         "retry_policy": None if retry_policy is None else retry_policy.to_record(),
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
         "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
-        "header": {}, "parent": None,
+        "header": {}, "parent": None, "cron_schedule": cron_schedule,
     }
 
 

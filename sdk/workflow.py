@@ -48,6 +48,9 @@ __all__ = [
     "execute_activity_method",
     "execute_child_workflow",
     "get_external_workflow_handle",
+    "get_last_completion_result",
+    "get_last_failure",
+    "has_last_completion_result",
     "history_length",
     "in_workflow",
     "info",
@@ -236,6 +239,25 @@ def info() -> WorkflowInfo:
     instance = runtime.current()
     assert instance.info is not None
     return instance.info
+
+
+def get_last_failure() -> BaseException | None:
+    """Why the previous run of this chain failed (a retry, or a cron run after a failed one), None otherwise:
+    Temporal's `workflow.get_last_failure()`."""
+    record = runtime.current().last_failure
+    return None if record is None else runtime.current().converter.decode_failure(record)
+
+
+def has_last_completion_result() -> bool:
+    """Whether an earlier run of this cron chain completed (`get_last_completion_result` has its result)."""
+    return bool(runtime.current().last_completion_result)
+
+
+def get_last_completion_result(type_hint: Any = None) -> Any:
+    """The result of the last run of this cron chain that completed (None if none did), decoded as `type_hint`:
+    Temporal's `workflow.get_last_completion_result()`."""
+    instance = runtime.current()
+    return instance.converter.decode_one(instance.last_completion_result, type_hint)
 
 
 def now() -> datetime:
@@ -719,11 +741,14 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
                                parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
                                retry_policy: RetryPolicy | None = None, memo: dict[str, Any] | None = None,
                                result_type: Any = None, args: Sequence[Any] | None = None,
+                               cron_schedule: str = "",
                                cancellation_type: ChildWorkflowCancellationType = (
                                    ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED),
                                ) -> ChildWorkflowHandle:
     """Start a child workflow and return once it has started (raises WorkflowAlreadyStartedError if its id is
-    taken). Arguments go positionally or, as in Temporal's SDK, as `args=[...]`."""
+    taken). Arguments go positionally or, as in Temporal's SDK, as `args=[...]`. A `retry_policy` retries the
+    child's failed runs and a `cron_schedule` repeats it; either way the handle resolves with the chain's final
+    outcome only."""
     instance = runtime.current()
     assert instance.info is not None
     if isinstance(workflow, str):
@@ -741,7 +766,7 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
         "task_timeout_ms": to_ms(task_timeout), "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
         "id_reuse_policy": "UNSPECIFIED", "retry_policy": None if retry_policy is None else retry_policy.to_record(),
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()}, "search_attributes": {},
-        "header": {},
+        "header": {}, "cron_schedule": cron_schedule,
     }
     handle = ChildWorkflowHandle(instance, body, result_type or hint, cancellation_type)
     await handle.started

@@ -149,6 +149,12 @@ class RunState:
     # out of history, since a rejected update must leave no event there.
     admitted_updates: list[Record] = field(default_factory=list, metadata=EPHEMERAL)
     rejected_updates: list[Record] = field(default_factory=list, metadata=EPHEMERAL)  # the newest, for their callers
+    cron_schedule: str = ""
+    # What another run of this chain starts with (a retry, the next cron run): kept only when the run has a retry
+    # policy or a cron schedule, since the core never reads history and every other run would pay for the bytes.
+    input: Payloads = field(default_factory=list)
+    header: PayloadMap = field(default_factory=dict)
+    last_completion_result: Payloads = field(default_factory=list)  # a cron chain's last successful result
 
     @property
     def open(self) -> bool:

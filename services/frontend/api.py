@@ -137,6 +137,7 @@ def _start_body(body: Record) -> Record:
         "id_conflict_policy": _field(body, "id_conflict_policy", str, "UNSPECIFIED"),
         "retry_policy": None, "memo": _payload_map(body, "memo"),
         "search_attributes": _payload_map(body, "search_attributes"), "header": {}, "parent": None,
+        "cron_schedule": _field(body, "cron_schedule", str, ""),
     }
 
 

@@ -43,6 +43,7 @@ _START = _obj({
     "run_timeout_ms": {"type": "integer", "minimum": 1}, "task_timeout_ms": {"type": "integer", "minimum": 1},
     "id_reuse_policy": {"type": "string"}, "id_conflict_policy": {"type": "string"}, "memo": _MAP,
     "search_attributes": _MAP, "request_id": {"type": "string"},
+    "cron_schedule": {"type": "string", "description": "5-field cron (UTC): a run at each of its times"},
     "wait": {"type": "boolean", "description": "false: answer 202 once Kafka has the start (bulk starts)"},
 }, ["workflow_id", "workflow_type", "task_queue"])
 

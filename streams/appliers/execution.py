@@ -7,6 +7,7 @@ from typing import Any
 from ostinato.streams import events as ev
 from ostinato.streams.appliers import applier
 from ostinato.streams.appliers._common import note_new_event, remember_request
+from ostinato.streams.deadlines import after
 from ostinato.streams.lifecycle import RUN
 from ostinato.streams.model import CurrentRun, RunState, Workflow
 
@@ -33,6 +34,22 @@ def started(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     remember_request(run, attrs["request_id"])
     wf.runs[run_id] = run
     wf.current = CurrentRun(run_id, "RUNNING", attrs["request_id"], run.first_execution_run_id, now)
+
+
+@applier(ev.WORKFLOW_EXECUTION_STARTED, 2)
+def started_v2(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
+    """Version 2 (issue 17, retries and cron): the run timeout counts from the first workflow task, after the
+    start's backoff (a cron run waits for its time, then has its whole run timeout), as in Temporal; and a run that
+    may start another (retry policy, cron schedule) keeps what that run starts with."""
+    started(wf, run_id, {**attrs, "run_timeout_ms": None}, event)
+    run = wf.runs[run_id]
+    if attrs["run_timeout_ms"] is not None:
+        run.run_expiration_time_ms = after(run.execution_time_ms, attrs["run_timeout_ms"])
+    run.cron_schedule = attrs["cron_schedule"]
+    if attrs["retry_policy"] is not None or attrs["cron_schedule"]:
+        run.input = list(attrs["input"])
+        run.header = dict(attrs["header"])
+        run.last_completion_result = list(attrs["last_completion_result"])
 
 
 def _close(wf: Workflow, run_id: str, event: Record) -> None:

@@ -16,7 +16,7 @@ from ostinato.streams import events as ev
 from ostinato.streams.actions import DispatchActivityTask, EagerActivity, Publish, UpsertVisibility
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fitting
-from ostinato.streams.deciders import updates
+from ostinato.streams.deciders import chain, updates
 from ostinato.streams.deciders.common import close_run, new_run_id, send
 from ostinato.streams.model import RunState
 from ostinato.streams.retry import with_defaults
@@ -181,14 +181,11 @@ def cancel_timer(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
 
 
 def complete(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
-    close_run(w, run_id, ev.WORKFLOW_EXECUTION_COMPLETED,
-              {"result": c["result"], "workflow_task_completed_event_id": completed_id})
+    chain.complete(w, run_id, c["result"], completed_id)  # or the next cron run
 
 
 def fail(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
-    close_run(w, run_id, ev.WORKFLOW_EXECUTION_FAILED, {
-        "failure": c["failure"], "retry_state": "RETRY_POLICY_NOT_SET",
-        "workflow_task_completed_event_id": completed_id})
+    chain.fail(w, run_id, c["failure"], completed_id)  # or a retry, or the next cron run
 
 
 def cancel(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
@@ -209,7 +206,7 @@ def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
     task_timeout = c["task_timeout_ms"] or run.task_timeout_ms
     run_timeout = c["run_timeout_ms"]
     if run_timeout is None and run.run_expiration_time_ms is not None:
-        run_timeout = run.run_expiration_time_ms - run.start_time_ms
+        run_timeout = max(1, run.run_expiration_time_ms - run.execution_time_ms)
     run_timeout = None if run_timeout is None else fitting(w.now_ms, run_timeout)  # the applier adds it to now
     carried = {"parent": run.parent, "first": run.first_execution_run_id, "expires": run.execution_expiration_time_ms,
                "request": w.workflow.current.start_request_id if w.workflow.current else "", "retry": run.retry_policy}
@@ -225,7 +222,8 @@ def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
         "search_attributes": dict(search_attributes), "header": c["header"], "parent": carried["parent"],
         "first_execution_run_id": carried["first"], "continued_execution_run_id": run_id,
         "execution_expiration_time_ms": carried["expires"], "identity": w.command["identity"],
-        "request_id": carried["request"],
+        "request_id": carried["request"], "cron_schedule": run.cron_schedule,
+        "last_completion_result": list(run.last_completion_result),
         "first_workflow_task_backoff_ms": fitting(w.now_ms, max(0, c["backoff_start_interval_ms"]))})
 
 
@@ -241,20 +239,20 @@ def start_child(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
         "run_timeout_ms": c["run_timeout_ms"], "task_timeout_ms": task_timeout, "parent_close_policy": policy,
         "workflow_task_completed_event_id": completed_id, "id_reuse_policy": c["id_reuse_policy"],
         "retry_policy": c["retry_policy"], "header": c["header"], "memo": c["memo"],
-        "search_attributes": c["search_attributes"]})
+        "search_attributes": c["search_attributes"], "cron_schedule": c["cron_schedule"]})
     send(w, namespace, c["workflow_id"], "", f"{run_id}/child/{event['event_id']}", (
         wire.command_type("StartWorkflowExecution"), {
             "workflow_type": c["workflow_type"], "task_queue": task_queue, "input": c["input"],
             "execution_timeout_ms": c["execution_timeout_ms"], "run_timeout_ms": c["run_timeout_ms"],
             "task_timeout_ms": task_timeout, "id_reuse_policy": c["id_reuse_policy"], "id_conflict_policy": "FAIL",
             "retry_policy": c["retry_policy"], "memo": c["memo"], "search_attributes": c["search_attributes"],
-            "header": c["header"], "parent": {
+            "header": c["header"], "cron_schedule": c["cron_schedule"], "parent": {
                 "namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run_id,
                 "initiated_event_id": event["event_id"], "parent_close_policy": policy}}))
 
 
 def _external(w: Writer, run_id: str, c: Record, completed_id: int, event_type: str,
-              body: tuple[str, Record], extra: Record) -> None:
+              body: tuple[str, Record], extra: Record, chain: str = "") -> None:
     run = w.run(run_id)
     namespace = c["namespace"] or run.namespace
     event = w.append(run_id, event_type, {
@@ -263,8 +261,9 @@ def _external(w: Writer, run_id: str, c: Record, completed_id: int, event_type: 
     origin = {"namespace": run.namespace, "workflow_id": run.workflow_id, "run_id": run_id,
               "initiated_event_id": event["event_id"], "child_workflow_only": c["child_workflow_only"]}
     target = c["execution"]
-    send(w, namespace, target["workflow_id"], target["run_id"], f"{run_id}/external/{event['event_id']}",
-         (body[0], {**body[1], "external": origin}))
+    addressed = (target["run_id"], {}) if not chain else ("", {"first_execution_run_id": chain})
+    send(w, namespace, target["workflow_id"], addressed[0], f"{run_id}/external/{event['event_id']}",
+         (body[0], {**body[1], **addressed[1], "external": origin}))
 
 
 def signal_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
@@ -275,8 +274,15 @@ def signal_external(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
 
 
 def cancel_external(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    # A child named by the run it started as may have moved on since (retried, cron, continue-as-new): the request
+    # goes to its chain's current run, never to a later unrelated workflow with the same id.
+    target = c["execution"]
+    chain = target["run_id"] if any(
+        child.workflow_id == target["workflow_id"] and child.run_id == target["run_id"] and target["run_id"]
+        for child in w.run(run_id).children.values()) else ""
     _external(w, run_id, c, completed_id, ev.REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-              (wire.command_type("RequestCancelWorkflowExecution"), {"reason": c["reason"]}), {"reason": c["reason"]})
+              (wire.command_type("RequestCancelWorkflowExecution"), {"reason": c["reason"]}), {"reason": c["reason"]},
+              chain)
 
 
 def record_marker(w: Writer, run_id: str, c: Record, completed_id: int) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
+from ostinato.streams import cron
 from ostinato.streams import events as ev
 from ostinato.streams.actions import UpsertVisibility
 from ostinato.streams.deadlines import after, fitting
@@ -78,6 +79,11 @@ def _invalid(body: Record) -> str | None:
             return f"{name} must be positive"
     if body["task_timeout_ms"] < 0:
         return "task_timeout_ms must not be negative"
+    if body["cron_schedule"]:
+        try:
+            cron.parse(body["cron_schedule"])
+        except cron.CronError as error:
+            return str(error)
     return None
 
 
@@ -122,7 +128,9 @@ def _start(w: Writer, body: Record, signal: Record | None, update: Record | None
         "parent": parent, "first_execution_run_id": run_id,
         "execution_expiration_time_ms": None if body["execution_timeout_ms"] is None
         else after(now, body["execution_timeout_ms"]),
-        "identity": cmd["identity"], "request_id": cmd["request_id"],
+        "identity": cmd["identity"], "request_id": cmd["request_id"], "cron_schedule": body["cron_schedule"],
+        # A cron workflow's first run waits for the schedule's next time, as every later run does.
+        "first_workflow_task_backoff_ms": cron.backoff_ms(body["cron_schedule"], now) if body["cron_schedule"] else 0,
     }, signal, update)
     w.reply((wire.WORKFLOW_STARTED, {"run_id": run_id, "started": True}))
     if parent is not None:

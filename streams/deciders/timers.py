@@ -7,9 +7,9 @@ from typing import Any
 from ostinato.streams import events as ev
 from ostinato.streams.actions import Deadline, DeleteRun, DispatchActivityTask
 from ostinato.streams.deadlines import deadlines
-from ostinato.streams.deciders import activities, workflow_task
-from ostinato.streams.deciders.common import close_run, dispatch_transient, schedule_workflow_task, wake
-from ostinato.streams.failures import timeout_failure
+from ostinato.streams.deciders import activities, chain, workflow_task
+from ostinato.streams.deciders.common import dispatch_transient, schedule_workflow_task, wake
+from ostinato.streams.failures import failure, timeout_failure
 from ostinato.streams.model import RunState
 from ostinato.streams.writer import Step, Writer
 
@@ -69,7 +69,9 @@ def _first_task(w: Writer, run: RunState, due: Deadline) -> None:
 
 
 def _run_timeout(w: Writer, run: RunState, due: Deadline) -> None:
-    close_run(w, run.run_id, ev.WORKFLOW_EXECUTION_TIMED_OUT, {"retry_state": "TIMEOUT"})
+    whole = due.kind == "WORKFLOW_EXECUTION_TIMEOUT"
+    chain.time_out(w, run.run_id, failure("workflow " + ("execution" if whole else "run") + " timeout", "TIMEOUT",
+                                          timeout_type="START_TO_CLOSE"), whole_execution=whole)
 
 
 def _retention(w: Writer, run: RunState, due: Deadline) -> None:

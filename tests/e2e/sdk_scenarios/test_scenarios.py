@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ostinato.client import WorkflowHandle
+from ostinato.common import RetryPolicy
 from ostinato.exceptions import (
     ActivityError,
     ApplicationError,
@@ -25,6 +26,7 @@ from tests.e2e.sdk_scenarios.workflows import (
     CancelsActivity,
     Child,
     Counter,
+    FailsTwice,
     Hello,
     LongJob,
     OrderedA,
@@ -239,6 +241,28 @@ async def test_continue_as_new_carries_state_over_five_runs(env: ScenarioEnv) ->
     with pytest.raises(WorkflowFailureError) as caught:
         await handle.result(follow_runs=False)
     assert caught.value.status == "CONTINUED_AS_NEW"
+
+
+async def test_a_failed_workflow_is_retried_as_new_runs_of_its_chain(env: ScenarioEnv) -> None:
+    policy = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
+    async with env.worker(workflows=[FailsTwice]):
+        handle = await env.client.start_workflow(FailsTwice.run, "job", id=env.workflow_id("fails-twice"),
+                                                 task_queue=env.task_queue, retry_policy=policy)
+        attempt, first_run, last_failure = await handle.result()  # follows the retries to the last run
+    assert (attempt, first_run, last_failure) == (3, handle.run_id, "job: attempt 2 fails")
+    run_id, backoffs = handle.run_id, []
+    for expected_attempt in (1, 2):
+        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        assert attrs(history[0])["attempt"] == expected_attempt
+        closing = history[-1]
+        assert closing["event_type"] == "WORKFLOW_EXECUTION_CONTINUED_AS_NEW"
+        assert attrs(closing)["initiator"] == "RETRY"
+        assert attrs(closing)["failure"]["message"] == f"job: attempt {expected_attempt} fails"
+        backoffs.append(attrs(closing)["backoff_start_interval_ms"])
+        run_id = attrs(closing)["new_execution_run_id"]
+    assert backoffs == [200, 400]
+    last = await env.client.get_workflow_handle(handle.id).describe()
+    assert (last.run_id, last.status) == (run_id, "COMPLETED")
 
 
 async def test_workflow_cancels_a_heartbeating_activity(env: ScenarioEnv) -> None:

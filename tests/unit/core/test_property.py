@@ -362,6 +362,8 @@ def start_bodies(messy: bool) -> st.SearchStrategy[Record]:
         "memo": payload_maps,
         "search_attributes": payload_maps,
         "parent": st.sampled_from([None, None, None, PARENT]),  # a child's start, sent by its parent's shard
+        "retry_policy": retry_policies,
+        "cron_schedule": pick(["", "", "", "* * * * *", "*/2 * * * *"], ["60 * * * *"], messy),
     })
 
 
@@ -408,7 +410,8 @@ def _workflow_commands(sids: tuple[int, ...], used: tuple[str, ...], timer_ids: 
         "namespace": st.sampled_from(["", NS]), "workflow_id": pick(["child-1", "child-2", WF], [""], messy),
         "workflow_type": pick(["Child"], [""], messy),
         "parent_close_policy": st.sampled_from(["UNSPECIFIED", "TERMINATE", "ABANDON", "REQUEST_CANCEL"]),
-        "id_reuse_policy": st.sampled_from(REUSE)}))
+        "id_reuse_policy": st.sampled_from(REUSE), "retry_policy": retry_policies,
+        "cron_schedule": st.sampled_from(["", "", "* * * * *"])}))
     execution = st.fixed_dictionaries({"workflow_id": pick(["other", WF], [""], messy),
                                        "run_id": st.sampled_from(["", "other-run"])})
     signal_external = _wf("SignalExternalWorkflowExecutionCommand", st.fixed_dictionaries({
