@@ -118,15 +118,6 @@ class Slow:
         return result
 
 
-@workflow.defn
-class FanOut:
-    @workflow.run
-    async def run(self, count: int) -> list[str]:
-        handles = [workflow.start_local_activity(slow, 0.2, start_to_close_timeout=timedelta(seconds=5))
-                   for _ in range(count)]
-        return list(await asyncio.gather(*handles))
-
-
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     calls.clear()
@@ -243,18 +234,3 @@ async def test_a_local_activity_outlasting_the_task_timeout_heartbeats_the_task(
     [marker] = markers(history)
     assert marker["result"] == ["slept 1.5"]
     assert Replayer(workflows=[Slow]).replay(history).failure is None
-
-
-@run_async
-async def test_max_concurrent_local_activities_limits_the_attempts_running_at_once() -> None:
-    async with await WorkflowEnvironment.start_time_skipping() as env:
-        async with Worker(env.client, task_queue=Q, workflows=[FanOut], activities=[slow],
-                          max_concurrent_local_activities=1):
-            started = asyncio.get_running_loop().time()
-            assert await env.client.execute_workflow(FanOut.run, 3, id="one", task_queue=Q) == ["slept 0.2"] * 3
-            one_at_a_time = asyncio.get_running_loop().time() - started
-        async with Worker(env.client, task_queue=Q, workflows=[FanOut], activities=[slow]):
-            started = asyncio.get_running_loop().time()
-            assert await env.client.execute_workflow(FanOut.run, 3, id="three", task_queue=Q) == ["slept 0.2"] * 3
-            together = asyncio.get_running_loop().time() - started
-    assert one_at_a_time >= 0.6 > together
