@@ -116,13 +116,13 @@ class WorkflowTaskHandler:
         runs = self.local_runs.setdefault(task["run_id"], {})
         ready: list[Record] = []
         while True:
-            for seq in outcome.local_cancels:
-                if seq in runs:
-                    runs[seq][1].set()
             for request in outcome.local_activities:
                 cancel = asyncio.Event()
                 job = asyncio.ensure_future(self.local_activities.run(request, task, cancel))
                 runs[request["seq"]] = (job, cancel)
+            for seq in outcome.local_cancels:  # after the starts: one may be cancelled in the activation that made it
+                if seq in runs:
+                    runs[seq][1].set()
             for seq in [seq for seq in runs if seq not in outcome.local_waiting]:
                 job, _ = runs.pop(seq)  # abandoned (cancelled without waiting): its outcome would be dropped
                 job.cancel()

@@ -644,7 +644,9 @@ def start_local_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T
     local = _LocalActivity(instance, seq, activity_id or str(seq), name,
                            instance.converter.encode(defs.call_arguments(args_, args)), options, result_type or hint,
                            cancellation_type)
-    return instance.loop.create_task(local.run(), name=f"local activity {local.activity_id}")
+    task = instance.loop.create_task(local.run(), name=f"local activity {local.activity_id}")
+    task.add_done_callback(local.task_done)
+    return task
 
 
 async def execute_local_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args: Any,
@@ -702,18 +704,27 @@ class _LocalActivity:
         try:
             return await asyncio.shield(self.done)
         except asyncio.CancelledError:
-            if not self.done.done():
-                if self.cancel_backoff is not None:
-                    self.cancel_backoff()
-                    self.cancel_backoff = None
-                    self.done.cancel()
-                elif self.instance.cancel_local(
-                        self, wait=self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED):
-                    with contextlib.suppress(exc.ActivityError):
-                        await self.done
-                else:
-                    self.done.cancel()
+            if self._stop(wait=self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED):
+                with contextlib.suppress(exc.ActivityError):
+                    await self.done
             raise
+
+    def task_done(self, task: asyncio.Task[Any]) -> None:
+        """A task cancelled before it ran `run` stops the local activity all the same (it cannot wait for it)."""
+        if task.cancelled():
+            self._stop(wait=False)
+
+    def _stop(self, *, wait: bool) -> bool:
+        """Cancel: True when the outcome of the stopped attempt is to be waited for."""
+        if self.done.done():
+            return False
+        if self.cancel_backoff is not None:
+            self.cancel_backoff()
+            self.cancel_backoff = None
+        elif self.instance.cancel_local(self, wait=wait):
+            return True
+        self.done.cancel()
+        return False
 
 
 def _ms(moment: datetime) -> int:

@@ -6,6 +6,7 @@ long attempt keeps its task alive by heartbeating it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -116,6 +117,25 @@ class Slow:
         result: str = await workflow.execute_local_activity(slow, seconds,
                                                             start_to_close_timeout=timedelta(seconds=10))
         return result
+
+
+@workflow.defn
+class Cancelling:
+    @workflow.run
+    async def run(self, wait: bool) -> str:
+        kind = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED if wait else \
+            workflow.ActivityCancellationType.TRY_CANCEL
+        handle = workflow.start_local_activity(slow, 30.0, start_to_close_timeout=timedelta(seconds=60),
+                                               cancellation_type=kind)
+        if wait:
+            await asyncio.sleep(0)  # its task runs (and so can wait); cancelled before, it could not
+        handle.cancel()
+        try:
+            await handle
+        except asyncio.CancelledError:
+            await workflow.sleep(timedelta(seconds=1))  # goes on (in a later task) while the attempt stops
+            return "cancelled"
+        return "not cancelled"
 
 
 @pytest.fixture(autouse=True)
@@ -234,3 +254,22 @@ async def test_a_local_activity_outlasting_the_task_timeout_heartbeats_the_task(
     [marker] = markers(history)
     assert marker["result"] == ["slept 1.5"]
     assert Replayer(workflows=[Slow]).replay(history).failure is None
+
+
+@run_async
+async def test_a_cancelled_local_activity_stops_without_holding_the_task() -> None:
+    started = time.monotonic()
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Cancelling], activities=[slow]):
+        # TRY_CANCEL: the workflow goes on at once; nothing is recorded (replay cancels it again at the same point).
+        assert await env.client.execute_workflow(Cancelling.run, False, id="try", task_queue=Q) == "cancelled"
+        history = await env.client.get_workflow_handle("try").fetch_history()
+        assert markers(history) == [] and kinds(history)[-1] == "WORKFLOW_EXECUTION_COMPLETED"
+        # WAIT_CANCELLATION_COMPLETED: the workflow waits for the stopped attempt, whose cancellation is recorded.
+        assert await env.client.execute_workflow(Cancelling.run, True, id="wait", task_queue=Q) == "cancelled"
+        waited = await env.client.get_workflow_handle("wait").fetch_history()
+    [marker] = markers(waited)
+    assert marker["failure"]["kind"] == "CANCELED" and marker["retry_state"] == "CANCEL_REQUESTED"
+    assert Replayer(workflows=[Cancelling]).replay(history).failure is None
+    assert Replayer(workflows=[Cancelling]).replay(waited).failure is None
+    assert time.monotonic() - started < 10  # neither task waited for the 30 s attempt
