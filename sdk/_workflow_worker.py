@@ -132,6 +132,10 @@ class WorkflowTaskHandler:
                 break
             else:
                 waiting = {runs[seq][0] for seq in outcome.local_waiting if seq in runs}
+                if not waiting:  # runs and cached copies are dropped together; a fresh copy replays and reruns them
+                    self.cache.pop(task["run_id"], None)
+                    raise RuntimeError(f"the local activities of {task['workflow_id']}/{task['run_id']} are not "
+                                       "running here any more; the task is retried on a fresh copy")
                 done, _ = await asyncio.wait(waiting, timeout=max(0.0, heartbeat_at - time.monotonic()),
                                              return_when=asyncio.FIRST_COMPLETED)
                 if not done:
