@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ostinato import activity, workflow
+from ostinato import activity, exceptions, workflow
 from ostinato.common import RetryPolicy
 from ostinato.exceptions import ActivityError, ApplicationError, NondeterminismError
 from ostinato.sdk.data import DEFAULT
@@ -136,6 +136,22 @@ class Cancelling:
             await workflow.sleep(timedelta(seconds=1))  # goes on (in a later task) while the attempt stops
             return "cancelled"
         return "not cancelled"
+
+
+@workflow.defn
+class TimingOut:
+    @workflow.run
+    async def run(self, schedule_to_close: bool) -> list[Any]:
+        options: dict[str, Any] = {"schedule_to_close_timeout": timedelta(milliseconds=300)} if schedule_to_close \
+            else {"start_to_close_timeout": timedelta(milliseconds=200),
+                  "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=10), maximum_attempts=2)}
+        try:
+            await workflow.execute_local_activity(slow, 30.0, **options)
+        except ActivityError as error:
+            cause = error.cause
+            assert isinstance(cause, exceptions.TimeoutError)
+            return [error.retry_state, cause.type]
+        return []
 
 
 @pytest.fixture(autouse=True)
@@ -273,3 +289,16 @@ async def test_a_cancelled_local_activity_stops_without_holding_the_task() -> No
     assert Replayer(workflows=[Cancelling]).replay(history).failure is None
     assert Replayer(workflows=[Cancelling]).replay(waited).failure is None
     assert time.monotonic() - started < 10  # neither task waited for the 30 s attempt
+
+
+@run_async
+async def test_local_activity_timeouts() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[TimingOut], activities=[slow]):
+        # Each attempt cut at its start-to-close timeout, and retried up to the policy's maximum.
+        assert await env.client.execute_workflow(TimingOut.run, False, id="start-to-close", task_queue=Q) == \
+            ["MAXIMUM_ATTEMPTS_REACHED", "START_TO_CLOSE"]
+        assert calls == [("slow", 1, True), ("slow", 2, True)]
+        # All attempts together cut at the schedule-to-close timeout.
+        assert await env.client.execute_workflow(TimingOut.run, True, id="schedule-to-close", task_queue=Q) == \
+            ["TIMEOUT", "SCHEDULE_TO_CLOSE"]
