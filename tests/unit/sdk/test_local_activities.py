@@ -154,6 +154,21 @@ class TimingOut:
         return []
 
 
+@workflow.defn
+class SlowWithSignals:
+    def __init__(self) -> None:
+        self.signals: list[str] = []
+
+    @workflow.signal
+    def note(self, text: str) -> None:
+        self.signals.append(text)
+
+    @workflow.run
+    async def run(self, seconds: float) -> list[str]:
+        slept = await workflow.execute_local_activity(slow, seconds, start_to_close_timeout=timedelta(seconds=10))
+        return [*self.signals, slept]
+
+
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     calls.clear()
@@ -302,3 +317,22 @@ async def test_local_activity_timeouts() -> None:
         # All attempts together cut at the schedule-to-close timeout.
         assert await env.client.execute_workflow(TimingOut.run, True, id="schedule-to-close", task_queue=Q) == \
             ["TIMEOUT", "SCHEDULE_TO_CLOSE"]
+
+
+@run_async
+async def test_a_signal_during_a_heartbeated_local_activity_is_handled_while_it_runs() -> None:
+    async with await WorkflowEnvironment.start_time_skipping() as env:
+        worker = Worker(env.client, task_queue=Q, workflows=[SlowWithSignals], activities=[slow])
+        async with worker:
+            handle = await env.client.start_workflow(SlowWithSignals.run, 1.5, id="signals", task_queue=Q,
+                                                     task_timeout=timedelta(seconds=1))
+            await asyncio.sleep(0.3)
+            await handle.signal(SlowWithSignals.note, "during")
+            assert await handle.result() == ["during", "slept 1.5"]
+            history = await handle.fetch_history()
+        assert worker.workflow_handler is not None and worker.workflow_handler.replays == 1  # the first task only
+    events = kinds(history)
+    # The signal came with the task after the heartbeat (the local activity still running), the marker later.
+    assert events.index("WORKFLOW_EXECUTION_SIGNALED") < events.index("MARKER_RECORDED")
+    assert calls == [("slow", 1, True)]
+    assert Replayer(workflows=[SlowWithSignals]).replay(history).failure is None
