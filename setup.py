@@ -14,6 +14,9 @@ LAYERS = ("schemas", "kafka", "streams", "services", "sdk", "connectors", "infra
 
 def _packages() -> tuple[list[str], dict[str, str]]:
     packages, package_dir = ["ostinato"], {"ostinato": "src/ostinato"}
+    # The public modules' own subpackages (ostinato.worker.workflow_sandbox, as Temporal's path).
+    packages += [".".join(init.parent.relative_to(ROOT / "src").parts)
+                 for init in sorted((ROOT / "src" / "ostinato").rglob("__init__.py")) if init.parent.name != "ostinato"]
     for layer in LAYERS:
         for init in sorted((ROOT / layer).rglob("__init__.py")):
             rel = init.parent.relative_to(ROOT)

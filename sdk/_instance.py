@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from ostinato.schemas.wire import command_type
 from ostinato.sdk import _context, _guards
@@ -33,6 +33,7 @@ from ostinato.sdk.data import DataConverter
 Record = dict[str, Any]
 Command = tuple[str, Record]
 PATCH_MARKER = "core_patch"
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # Temporal's marker name for a local activity's outcome
 NULL_ENCODING = b"binary/null"  # a memo value of None: upserting it removes the key (Temporal's rule)
 CLOSING = {command_type(name) for name in ("CompleteWorkflowExecutionCommand", "FailWorkflowExecutionCommand",
                                            "CancelWorkflowExecutionCommand", "ContinueAsNewWorkflowExecutionCommand")}
@@ -97,6 +98,12 @@ class TaskOutcome:
     failure: BaseException | None = None
     cause: str = "UNSPECIFIED"
     rejected_updates: list[Record] = field(default_factory=list)  # {update_id, failure}: nothing in history
+    # Local activities (live only): requests for the worker to start, runs to stop, and the ones the workflow waits
+    # for (the task is answered once none is left, or heartbeated while some run on).
+    local_activities: list[Record] = field(default_factory=list)
+    local_cancels: list[int] = field(default_factory=list)
+    local_waiting: frozenset[int] = frozenset()
+    heartbeat: bool = False  # answered while local activities still run: the engine starts a new task at once
 
 
 @dataclass
@@ -106,6 +113,21 @@ class _Pending:
     name: str
     body: Record
     on_event: Callable[[Record], None] | None = None
+    local_seq: int = 0  # a local activity's marker: the seq of the local activity it records
+
+
+class LocalActivityHandle(Protocol):
+    """A local activity the workflow started (`workflow.start_local_activity`), as the instance sees it."""
+
+    seq: int
+    activity_type: str
+    requested: bool  # handed to the worker to run in this instance's live activations
+
+    def request(self) -> Record:
+        """What the worker runs (and marks the handle requested)."""
+
+    def resolve(self, resolution: Record) -> None:
+        """An outcome: live from the worker, or on replay from its marker."""
 
 
 class ReadOnlyContextError(exc.OstinatoError):
@@ -163,6 +185,9 @@ class WorkflowInstance:
         self._query_handlers: dict[str, Callable[..., Any]] = {}
         self._update_handlers: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
         self._known_patches: set[str] = set()
+        self._locals: dict[int, LocalActivityHandle] = {}  # seq -> local activities without an outcome yet
+        self._local_requests: list[Record] = []
+        self._local_cancels: list[int] = []
         self._patches: dict[str, bool] = {}
         self._task_failure: BaseException | None = None
         self._hinted = False
@@ -224,6 +249,9 @@ class WorkflowInstance:
                 f"(found {event['event_type']} at event {event['event_id']} instead)")
 
     def _match(self, event: Record) -> None:
+        if event["event_type"] == "MARKER_RECORDED" and _attrs(event)["marker_name"] == LOCAL_ACTIVITY_MARKER:
+            self._match_local(event)
+            return
         if not self._expected:
             raise exc.NondeterminismError(
                 f"history has {event['event_type']} at event {event['event_id']} "
@@ -243,6 +271,36 @@ class WorkflowInstance:
                 f"{event['event_id']} but workflow code now runs {pending.body['activity_type']!r}")
         if pending.on_event is not None:
             pending.on_event(event)
+
+    def _match_local(self, event: Record) -> None:
+        """A local activity's marker. Recorded where its outcome came (a live activation's answer carries it after the
+        commands made before): here the code's commands must all be matched, unless this copy made the marker itself
+        (live). On replay the marker's outcome resolves the local activity, and what the code then does must match
+        the events that follow."""
+        resolution = read_local_marker(self.converter, _attrs(event))
+        seq, kind = resolution["seq"], resolution["activity_type"]
+        if self._expected:
+            pending = self._expected.pop(0)
+            if pending.local_seq == seq:
+                return
+            raise exc.NondeterminismError(
+                f"history has the outcome of local activity {kind!r} (seq {seq}) at event {event['event_id']} but "
+                f"workflow code now produces {_describe(pending.name, pending.body)}")
+        handle = self._locals.pop(seq, None)
+        if handle is None:
+            raise exc.NondeterminismError(
+                f"history has the outcome of local activity {kind!r} (seq {seq}) at event {event['event_id']} but "
+                "workflow code did not start it")
+        if handle.activity_type != kind:
+            raise exc.NondeterminismError(
+                f"history has local activity {seq} as {kind!r} at event {event['event_id']} but workflow code now "
+                f"runs {handle.activity_type!r}")
+        before = len(self._new)
+        failure = self._step(lambda: handle.resolve(resolution))
+        if failure is not None:
+            raise failure if isinstance(failure, exc.NondeterminismError) else exc.NondeterminismError(
+                f"replaying failed: {type(failure).__name__}: {failure}") from failure
+        self._expected.extend(self._new[before:])
 
     def _learn_patches(self, events: list[Record], started_index: int) -> list[Record]:
         """What a replayed activation recorded among the command events after its COMPLETED: patches (markers),
@@ -283,9 +341,11 @@ class WorkflowInstance:
         self._new = []
         self._rejected = []
         self._task_failure = None
-        _guards.install()
-        _context.set_running(self)
-        try:
+        self._local_cancels = []
+        if not replaying:  # local activities replay left without an outcome run now (the copy that ran them is gone)
+            self._local_requests.extend(h.request() for h in self._locals.values() if not h.requested)
+
+        def run_jobs() -> None:
             # An activation that starts the run and carries updates runs their handlers before the workflow's `run`
             # (Temporal's order), so an update-with-start is handled before `run` can finish without it.
             self._defer_main = bool(updates)
@@ -297,22 +357,86 @@ class WorkflowInstance:
             self._defer_main = False
             if self._main_coro is not None:
                 self._create_main(self._main_coro)
+
+        failure = self._step(run_jobs)
+        if failure is not None:
+            self._new = []
+            if replaying:
+                raise failure if isinstance(failure, exc.NondeterminismError) else exc.NondeterminismError(
+                    f"replaying failed: {type(failure).__name__}: {failure}") from failure
+            return self._failed(failure)
+        self._expected = list(self._new)
+        return self._outcome()
+
+    def _step(self, body: Callable[[], None]) -> BaseException | None:
+        """Run `body` in this workflow, then its event loop until it waits: the failure that fails the task, if any."""
+        _guards.install()
+        _context.set_running(self)
+        try:
+            body()
             self._run()
         except (exc.NondeterminismError, exc.RestrictedWorkflowAccessError) as error:
             self._task_failure = error
         finally:
             _context.set_running(None)
-        if self._task_failure is not None:
-            failure, self._task_failure = self._task_failure, None
+        failure, self._task_failure = self._task_failure, None
+        return failure
+
+    @staticmethod
+    def _failed(failure: BaseException) -> TaskOutcome:
+        nondeterministic = isinstance(failure, exc.NondeterminismError)
+        return TaskOutcome(failure=failure,
+                           cause="NONDETERMINISM" if nondeterministic else "WORKFLOW_WORKER_UNHANDLED_FAILURE")
+
+    def _outcome(self) -> TaskOutcome:
+        requests, self._local_requests = self._local_requests, []
+        cancels, self._local_cancels = self._local_cancels, []
+        return TaskOutcome(commands=[(p.name, p.body) for p in self._new], rejected_updates=self._rejected,
+                           local_activities=requests, local_cancels=cancels,
+                           local_waiting=frozenset(seq for seq, h in self._locals.items() if h.requested))
+
+    # -- local activities -----------------------------------------------------------------------------------------
+
+    def schedule_local(self, handle: LocalActivityHandle) -> None:
+        """A local activity (or its next attempt after a backoff timer) starts: live, the worker runs it; on replay it
+        waits for its marker."""
+        self.check_writable("start_local_activity")
+        if self.closed:
+            raise exc.ApplicationError("the workflow already closed: no more commands") from None
+        self._locals[handle.seq] = handle
+        if not self.replaying:
+            self._local_requests.append(handle.request())
+
+    def cancel_local(self, handle: LocalActivityHandle, *, wait: bool) -> bool:
+        """Stop a local activity: True when the worker was asked to and its outcome will still come (`wait`);
+        otherwise it is forgotten (nothing is recorded: replay cancels it again at the same point)."""
+        if self._locals.get(handle.seq) is not handle:
+            return False
+        if handle.requested and not self.replaying:
+            self._local_cancels.append(handle.seq)
+        if wait and (handle.requested or self.replaying):
+            return True
+        del self._locals[handle.seq]
+        return False
+
+    def resolve_local_activity(self, resolution: Record) -> TaskOutcome:
+        """The worker ran a local activity (one attempt, or its retries, to an outcome): record its marker and let
+        the workflow go on, in the live activation."""
+        handle = self._locals.get(resolution["seq"])
+        if handle is None or not handle.requested or self.closed:
+            return self._outcome()  # cancelled meanwhile, or the run closed: the outcome is dropped
+        del self._locals[handle.seq]
+
+        def record() -> None:
+            self.command("RecordMarkerCommand", local_marker(self.converter, resolution)).local_seq = handle.seq
+            handle.resolve(resolution)
+
+        failure = self._step(record)
+        if failure is not None:
             self._new = []
-            if replaying:
-                raise failure if isinstance(failure, exc.NondeterminismError) else exc.NondeterminismError(
-                    f"replaying failed: {type(failure).__name__}: {failure}") from failure
-            cause = "NONDETERMINISM" if isinstance(failure, exc.NondeterminismError) \
-                else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
-            return TaskOutcome(failure=failure, cause=cause)
+            return self._failed(failure)
         self._expected = list(self._new)
-        return TaskOutcome(commands=[(p.name, p.body) for p in self._new], rejected_updates=self._rejected)
+        return self._outcome()
 
     def record_violation(self, error: BaseException) -> None:
         """A determinism guard caught `error` in workflow code: the activation fails with the first one, even if the
@@ -669,3 +793,21 @@ def _event_id_text(event: Record) -> str:
     details = {k: attrs[k] for k in ("activity_id", "activity_type", "timer_id", "workflow_id", "marker_name")
                if k in attrs}
     return ", ".join(f"{k}={v!r}" for k, v in details.items()) or event["event_type"].lower()
+
+
+def local_marker(converter: DataConverter, resolution: Record) -> Record:
+    """The RecordMarkerCommand of a local activity's outcome, in Temporal's shape: marker `core_local_activity`,
+    `details["data"]` what it was (seq, id, type, attempt, when, and the backoff when a timer takes the next
+    attempt), `details["result"]` its result, or the marker's `failure`."""
+    data = {key: resolution[key] for key in ("seq", "activity_id", "activity_type", "attempt", "complete_time_ms",
+                                             "original_schedule_time_ms", "backoff_ms", "retry_state")}
+    details = {"data": converter.encode([data])}
+    if resolution["result"] is not None:
+        details["result"] = resolution["result"]
+    return {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details, "header": {}, "failure": resolution["failure"]}
+
+
+def read_local_marker(converter: DataConverter, attrs: Record) -> Record:
+    """The outcome a local activity marker records (the inverse of `local_marker`)."""
+    data: Record = converter.decode(attrs["details"]["data"])[0]
+    return {**data, "result": attrs["details"].get("result"), "failure": attrs.get("failure")}

@@ -9,7 +9,8 @@
 - Every task of a fetched batch runs concurrently (each waits on Kafka round trips, not on the CPU), and a
   partition's offset is committed up to its first task not yet done (`OffsetTracker`), so a crash re-reads
   whatever was unfinished and nothing before it.
-- Backpressure: the activity partitions are paused while `max_concurrent_activities` run.
+- Backpressure: the activity partitions are paused while `max_concurrent_activities` run, and the activity tasks of
+  a fetched batch beyond the free slots wait (not started) for a slot.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class KafkaWorkerLoop:
         self.offsets = OffsetTracker()
         self._committed_at = 0.0  # monotonic time of the last offset commit (`COMMIT_INTERVAL_S`)
         self.starting = 0  # activity tasks waiting for the engine to confirm their start
+        self.slot_freed = asyncio.Event()  # an activity finished: a task waiting for a slot may start
         # Eager activity dispatch (on unless OSTINATO_EAGER_ACTIVITIES=0): activities this worker schedules on its
         # own queue come back in the completion's reply, already started for it.
         self.eager_activities = os.environ.get("OSTINATO_EAGER_ACTIVITIES", "1") != "0"
@@ -329,7 +331,7 @@ class KafkaWorkerLoop:
                             task["run_id"], exc)
                 return False
         try:
-            command, body = handler.handle(task, lambda: history, taken_ms)
+            command, body = await handler.handle(task, lambda: history, taken_ms)
         except HistoryBehind as exc:
             log.warning("%s; the task will be retried", exc)
             return False
@@ -377,6 +379,7 @@ class KafkaWorkerLoop:
             reply = await self.request(task, command, body)
         finally:
             self.starting -= slots
+            self.slot_freed.set()
         if reply is None or reply["body"][0] != wire.ACCEPTED:
             return  # no answer (the activities' timeouts retry them) or the completion was refused
         if reply.get("activity_tasks") and os.environ.get("OSTINATO_FAULT_POINT") == WORKER_EAGER_FAULT:
@@ -388,7 +391,7 @@ class KafkaWorkerLoop:
             self.eager_started += 1
             job = asyncio.ensure_future(self._run_activity(activity))
             self.running.add(job)
-            job.add_done_callback(self.running.discard)
+            job.add_done_callback(self._activity_done)
 
     async def _query(self, task: Record) -> None:
         handler = self.worker.workflow_handler
@@ -406,7 +409,11 @@ class KafkaWorkerLoop:
         self.producer.poll(0)
 
     async def _activity_task(self, task: Record) -> None:
-        """Returns once the engine knows the attempt started (from then its timeouts protect it) or refused it."""
+        """Returns once the engine knows the attempt started (from then its timeouts protect it) or refused it. A
+        fetched batch holds more tasks than free slots: the others wait here, not started, for a slot."""
+        while len(self.running) + self.starting >= self.worker.max_concurrent_activities:
+            self.slot_freed.clear()
+            await self.slot_freed.wait()
         self.starting += 1
         asked = time.monotonic()
         try:
@@ -414,13 +421,18 @@ class KafkaWorkerLoop:
                 "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
         finally:
             self.starting -= 1
+            self.slot_freed.set()
         if started is None or started["body"][0] != wire.ACCEPTED:
             return  # stale (timed out, cancelled, or already started elsewhere)
         if too_late(task, time.monotonic() - asked):
             return
         job = asyncio.ensure_future(self._run_activity(task))
         self.running.add(job)
-        job.add_done_callback(self.running.discard)
+        job.add_done_callback(self._activity_done)
+
+    def _activity_done(self, job: asyncio.Task[None]) -> None:
+        self.running.discard(job)
+        self.slot_freed.set()
 
     async def _run_activity(self, task: Record) -> None:
         executor = self.worker.activity_executor
@@ -519,6 +531,9 @@ class KafkaWorkerLoop:
         its start-to-close timeout."""
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=REPLY_TIMEOUT_S)
+        grace = self.worker.graceful_shutdown_timeout.total_seconds()
+        if self.running and grace > 0:  # they may finish first (Worker(graceful_shutdown_timeout=...))
+            await asyncio.wait(set(self.running), timeout=grace)
         if self.running:
             log.info("worker %s: stopping %d running activities", self.worker.identity, len(self.running))
             if self.worker.activity_executor is not None:

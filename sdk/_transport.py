@@ -95,6 +95,7 @@ class ServedWorker(Protocol):
     task_queue: str
     identity: str
     max_concurrent_activities: int
+    graceful_shutdown_timeout: timedelta  # how long running activities may finish on shutdown before being stopped
     kafka_config: dict[str, str]  # the worker's own Kafka security settings (a Kafka transport's concern)
     workflow_handler: WorkflowTaskHandler | None
     activity_executor: ActivityExecutor | None

@@ -4,7 +4,9 @@ not where the cached instance stopped (another worker ran it, or the last task f
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,16 +15,24 @@ from ostinato.schemas.wire import command_type
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import WorkflowDefinition, definition_of
 from ostinato.sdk._instance import TaskOutcome, WorkflowInstance
+from ostinato.sdk._local_activities import LocalActivityRunner
 from ostinato.sdk.data import DataConverter
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
 log = logging.getLogger("ostinato.worker")
+# A task whose local activities still run at this share of its timeout is answered (with what the workflow did so
+# far and force_create_new_task) so it does not time out; the next task, at once, waits on for them (Temporal's
+# workflow task heartbeat, at Temporal's 80%).
+HEARTBEAT_FRACTION = 0.8
 
 
 class WorkflowTaskHandler:
     def __init__(self, workflows: Sequence[type], converter: DataConverter, *, max_cached: int = 1000,
-                 identity: str = "") -> None:
+                 identity: str = "", local_activities: LocalActivityRunner | None = None,
+                 max_concurrent: int = 100) -> None:
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent_workflow_tasks must be at least 1, not {max_concurrent}")
         self.definitions: dict[str, WorkflowDefinition] = {}
         for workflow in workflows:
             definition = definition_of(workflow)
@@ -35,13 +45,32 @@ class WorkflowTaskHandler:
         self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self.replays = 0  # full-history replays (cache misses), for tests and metrics
         self.failures = FailingRuns()
+        self.local_activities = local_activities or LocalActivityRunner(None, converter)
+        # Local activities running, per run: they outlive a heartbeated task, and the run's next task waits for them.
+        self.local_runs: dict[str, dict[int, tuple[asyncio.Task[Record], asyncio.Event]]] = {}
+        self.max_concurrent = max_concurrent
+        self.running = 0  # tasks being handled now (at most max_concurrent)
+        self._slots: asyncio.Semaphore | None = None
 
-    def handle(self, task: Record, full_history: Callable[[], list[Record]], taken_ms: int | None = None) -> Command:
-        """The command answering a WorkflowTask: RespondWorkflowTaskCompleted, or Failed (history untouched).
+    async def handle(self, task: Record, full_history: Callable[[], list[Record]],
+                     taken_ms: int | None = None) -> Command:
+        """The command answering a WorkflowTask: RespondWorkflowTaskCompleted, or Failed (history untouched). At
+        most `max_concurrent` (the worker's max_concurrent_workflow_tasks) are handled at once; the others wait.
 
         `taken_ms` is when the worker took the task (None: the time the task's STARTED carries, as the test
         environment's virtual clock wants): the activation's `workflow.now()`, and reported in the answer, so
         history's STARTED has the same time when the run is replayed."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_concurrent)
+        async with self._slots:
+            self.running += 1
+            try:
+                return await self._handle(task, full_history, taken_ms)
+            finally:
+                self.running -= 1
+
+    async def _handle(self, task: Record, full_history: Callable[[], list[Record]], taken_ms: int | None) -> Command:
+        budget_s = _heartbeat_after_s(task, taken_ms)
         task = taking(task, taken_ms)
         definition = self.definitions.get(task["workflow_type"])
         if definition is None:
@@ -56,6 +85,10 @@ class WorkflowTaskHandler:
             outcome = instance.process(events, task["started_event_id"], task.get("updates") or [])
         except Exception as error:  # noqa: BLE001 - the worker's own bug fails the task like the workflow's would
             outcome = TaskOutcome(failure=error, cause="WORKFLOW_WORKER_UNHANDLED_FAILURE")
+        if outcome.failure is None:
+            outcome = await self._run_local_activities(task, instance, outcome, time.monotonic() + budget_s)
+        if outcome.failure is not None or instance.closed:
+            self._stop_local_activities(task["run_id"])
         if outcome.failure is not None:
             self.cache.pop(task["run_id"], None)
             self.failures.failed(task, outcome.failure, outcome.cause)
@@ -72,8 +105,56 @@ class WorkflowTaskHandler:
                 self.cache.popitem(last=False)
         return (command_type("RespondWorkflowTaskCompleted"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
-            "commands": outcome.commands, "force_create_new_task": False, "sdk_flags": [], "build_id": "",
+            "commands": outcome.commands, "force_create_new_task": outcome.heartbeat, "sdk_flags": [], "build_id": "",
             "started_time_ms": started_time_ms(task), "rejected_updates": outcome.rejected_updates})
+
+    async def _run_local_activities(self, task: Record, instance: WorkflowInstance, outcome: TaskOutcome,
+                                    heartbeat_at: float) -> TaskOutcome:
+        """Run the live activation's local activities, giving each outcome to the workflow as it comes (which may
+        start more), until the workflow waits for none; or, at `heartbeat_at`, answer with what it did so far and
+        let them run on into the next task."""
+        runs = self.local_runs.setdefault(task["run_id"], {})
+        ready: list[Record] = []
+        while True:
+            for request in outcome.local_activities:
+                cancel = asyncio.Event()
+                job = asyncio.ensure_future(self.local_activities.run(request, task, cancel))
+                runs[request["seq"]] = (job, cancel)
+            for seq in outcome.local_cancels:  # after the starts: one may be cancelled in the activation that made it
+                if seq in runs:
+                    runs[seq][1].set()
+            for seq in [seq for seq in runs if seq not in outcome.local_waiting]:
+                job, _ = runs.pop(seq)  # abandoned (cancelled without waiting): its outcome would be dropped
+                job.cancel()
+            if ready:
+                outcome = instance.resolve_local_activity(ready.pop(0))
+            elif not outcome.local_waiting or instance.closed:
+                break
+            else:
+                waiting = {runs[seq][0] for seq in outcome.local_waiting if seq in runs}
+                if not waiting:  # runs and cached copies are dropped together; a fresh copy replays and reruns them
+                    self.cache.pop(task["run_id"], None)
+                    raise RuntimeError(f"the local activities of {task['workflow_id']}/{task['run_id']} are not "
+                                       "running here any more; the task is retried on a fresh copy")
+                done, _ = await asyncio.wait(waiting, timeout=max(0.0, heartbeat_at - time.monotonic()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    outcome.heartbeat = True
+                    break
+                for seq in sorted(outcome.local_waiting):
+                    if seq in runs and runs[seq][0] in done:
+                        ready.append(runs.pop(seq)[0].result())
+                outcome = TaskOutcome(commands=outcome.commands, rejected_updates=outcome.rejected_updates,
+                                      local_waiting=outcome.local_waiting)
+            if outcome.failure is not None:
+                break
+        if not runs:
+            self.local_runs.pop(task["run_id"], None)
+        return outcome
+
+    def _stop_local_activities(self, run_id: str) -> None:
+        for job, _ in self.local_runs.pop(run_id, {}).values():
+            job.cancel()
 
     def _instance(self, task: Record, definition: WorkflowDefinition,
                   full_history: Callable[[], list[Record]]) -> tuple[WorkflowInstance, list[Record]]:
@@ -90,6 +171,7 @@ class WorkflowTaskHandler:
             seen = task["previous_started_event_id"] - 1  # the previous task's SCHEDULED: what the copy has seen
             return cached, _through(full_history(), seen, first, task) + task["events"]
         self.replays += 1
+        self._stop_local_activities(task["run_id"])  # a copy's local activities: this one runs them again
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
         return instance, _through(full_history(), 0, first, task) + task["events"]
@@ -153,6 +235,14 @@ class FailingRuns:
         if last is not None:
             log.info("workflow %s with ID %s and run ID %s recovered: task attempt %d completed after failed "
                      "attempts", task["workflow_type"], task["workflow_id"], task["run_id"], task["attempt"])
+
+
+def _heartbeat_after_s(task: Record, taken_ms: int | None) -> float:
+    """How long local activities may keep the task before it is answered: 80% of its timeout, less what it waited
+    before this worker took it."""
+    timeout_ms = int(task["deadline_ms"]) - int(task["scheduled_time_ms"])
+    waited_ms = 0 if taken_ms is None else max(0, taken_ms - task["scheduled_time_ms"])
+    return max(0.05, (HEARTBEAT_FRACTION * timeout_ms - waited_ms) / 1000)
 
 
 def _live_started(task: Record) -> Record | None:

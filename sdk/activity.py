@@ -136,6 +136,7 @@ class ActivityInfo:
         heartbeat_details: the details of the last heartbeat of a previous attempt (decoded without type hints,
             so a dataclass arrives as a dict), for a retried activity to resume from; empty on a first attempt.
         task_token: opaque bytes naming this attempt, for completing it from elsewhere (`raise_complete_async`).
+        is_local: whether this is a local activity, run inside its workflow's task on the workflow's worker.
     """
 
     activity_id: str
@@ -153,6 +154,7 @@ class ActivityInfo:
     heartbeat_timeout: timedelta | None
     heartbeat_details: Sequence[Any]
     task_token: bytes = b""  # names this attempt for `client.get_async_activity_handle(task_token=...)`
+    is_local: bool = False  # a local activity (`workflow.execute_local_activity`): run by the workflow's worker
 
     def logger_details(self) -> dict[str, Any]:
         """What `activity.logger` adds to each line (Temporal's keys)."""

@@ -9,7 +9,7 @@ import logging
 import threading
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,7 +54,9 @@ class ActivityExecutor:
         activities: functions decorated with `@activity.defn` (bound methods too).
         data_converter: how arguments, results, heartbeat details and failures travel.
         identity: the worker's identity, named in errors.
-        max_threads: how many plain-function activities run at once.
+        max_threads: how many plain-function activities run at once (in a pool of the executor's own).
+        thread_pool: where plain-function activities run instead (Temporal's `activity_executor`); its owner shuts
+            it down.
 
     Raises:
         TypeError: a callable is not an activity, or its type hints cannot be resolved.
@@ -62,7 +64,8 @@ class ActivityExecutor:
     """
 
     def __init__(self, activities: Sequence[Callable[..., Any]], data_converter: DataConverter = DEFAULT, *,
-                 identity: str = "", max_threads: int = 16, client: Any = None) -> None:
+                 identity: str = "", max_threads: int = 16, client: Any = None,
+                 thread_pool: Executor | None = None) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads must be at least 1, not {max_threads}")
         self.converter = data_converter
@@ -77,6 +80,7 @@ class ActivityExecutor:
             self._definitions[definition.name] = definition
             self._hints[definition.name] = _Hints.of(definition.fn)
         self._max_threads = max_threads
+        self._given_pool = thread_pool  # the user's (Worker(activity_executor=...)): used, never shut down here
         self._pool: ThreadPoolExecutor | None = None
         self._running: set[_Attempt] = set()
         self._closed = False
@@ -212,7 +216,9 @@ class ActivityExecutor:
         return exc.ApplicationError(f"activity type {name!r} is not registered{worker} (registered: {known})",
                                     type="ActivityNotRegistered", non_retryable=True)
 
-    def _threads(self) -> ThreadPoolExecutor:
+    def _threads(self) -> Executor:
+        if self._given_pool is not None:
+            return self._given_pool
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._max_threads, thread_name_prefix="ostinato-activity")
         return self._pool
@@ -360,7 +366,8 @@ def _info(task: Record, heartbeat_details: list[Any]) -> ActivityInfo:
         start_to_close_timeout=_duration(task["start_to_close_timeout_ms"] or None),
         schedule_to_close_timeout=_duration(task.get("schedule_to_close_timeout_ms")),
         heartbeat_timeout=_duration(task.get("heartbeat_timeout_ms")),
-        heartbeat_details=tuple(heartbeat_details), task_token=task_token(task))
+        heartbeat_details=tuple(heartbeat_details), task_token=b"" if task.get("is_local") else task_token(task),
+        is_local=bool(task.get("is_local")))
 
 
 def _time(ms: int) -> datetime:

@@ -123,12 +123,16 @@ class EngineWorkers(WorkerTransport):
         """Poll the engine's task queues for `worker` until `stopping` is set and its activities are done."""
         engine, queue = self.engine, worker.task_queue
         running: set[asyncio.Task[None]] = set()
+        workflow_tasks: set[asyncio.Task[None]] = set()
         try:
             while not stopping.is_set():
                 progressed = False
                 if worker.workflow_handler is not None and (task := engine.poll_workflow_task(queue)) is not None:
                     progressed = True
-                    self._workflow_task(worker, *task)
+                    self.busy += 1  # time stands still while a task is out (its local activities run in real time)
+                    job = asyncio.ensure_future(self._workflow_task(worker, *task))
+                    workflow_tasks.add(job)
+                    job.add_done_callback(workflow_tasks.discard)
                 if worker.activity_executor is not None and (activity := engine.poll_activity_task(queue)) is not None:
                     progressed = True
                     reply = engine.start_activity(activity, identity=worker.identity)
@@ -140,13 +144,24 @@ class EngineWorkers(WorkerTransport):
                 if not progressed:
                     await asyncio.sleep(IDLE_S)
         finally:
-            # Stop the running activities as a worker shutdown does: each answers a retryable WorkerShutdown failure,
-            # so the engine retries it on another worker now rather than after its start-to-close timeout.
+            await asyncio.gather(*workflow_tasks, return_exceptions=True)
+            # Running activities get the graceful shutdown timeout to finish; then they are stopped as a worker
+            # shutdown does: each answers a retryable WorkerShutdown failure, so the engine retries it on another
+            # worker now rather than after its start-to-close timeout.
+            grace = worker.graceful_shutdown_timeout.total_seconds()
+            if running and grace > 0:
+                await asyncio.wait(set(running), timeout=grace)
             if worker.activity_executor is not None:
                 worker.activity_executor.cancel_all()
             await asyncio.gather(*running, return_exceptions=True)
 
-    def _workflow_task(self, worker: ServedWorker, name: str, task: Record) -> None:
+    async def _workflow_task(self, worker: ServedWorker, name: str, task: Record) -> None:
+        try:
+            await self._answer_workflow_task(worker, name, task)
+        finally:
+            self.busy -= 1
+
+    async def _answer_workflow_task(self, worker: ServedWorker, name: str, task: Record) -> None:
         assert worker.workflow_handler is not None
         engine = self.engine
 
@@ -157,7 +172,7 @@ class EngineWorkers(WorkerTransport):
             result, failure = worker.workflow_handler.query(task, history)
             engine.answer_query(task, result, failure)
             return
-        command, body = worker.workflow_handler.handle(task, history)
+        command, body = await worker.workflow_handler.handle(task, history)
         engine.respond(task, command, body, worker.identity)
 
     async def _activity(self, worker: ServedWorker, task: Record) -> None:

@@ -12,14 +12,18 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from datetime import timedelta
 from typing import Any
 
+from ostinato.sdk._local_activities import LocalActivityRunner
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
 from ostinato.sdk.activity_executor import ActivityExecutor
 from ostinato.sdk.client import Client
 from ostinato.sdk.replayer import Replayer
+from ostinato.sdk.workflow_sandbox import UnsandboxedWorkflowRunner, WorkflowRunner
 
-__all__ = ["Replayer", "Worker"]
+__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkflowRunner"]
 log = logging.getLogger("ostinato.worker")
 
 
@@ -33,6 +37,16 @@ class Worker:
         activities: `@activity.defn` functions.
         max_cached_workflows: running workflows kept in memory between tasks (others replay from history).
         max_concurrent_activities: activities run at once (the rest wait in the topic).
+        max_concurrent_workflow_tasks: workflow tasks handled at once (a task runs its local activities).
+        max_concurrent_local_activities: local activity attempts run at once (the rest wait for a slot, which counts
+            against their schedule-to-start timeout).
+        activity_executor: Temporal's `concurrent.futures` executor for plain-function (non-async) activities; a
+            thread pool (a process pool is refused). Optional here: without one they run in a pool of the
+            worker's own (16 threads). The worker does not shut a given executor down.
+        graceful_shutdown_timeout: how long running activities may go on finishing once `shutdown()` is called
+            before they are asked to stop (default zero: at once, as Temporal).
+        workflow_runner: accepted for Temporal's `UnsandboxedWorkflowRunner()` / `SandboxedWorkflowRunner()`;
+            Ostinato has no sandbox, every runner runs workflows in-process under the determinism guards.
         identity: how this worker appears in history (default host@pid).
         kafka_config: librdkafka security settings of this worker's Kafka clients (`security.protocol`, `sasl.*`,
             `ssl.*`), over those of the environment (`OSTINATO_KAFKA_CONFIG`, `OSTINATO_KAFKA_<PROPERTY>`); e.g.
@@ -43,18 +57,33 @@ class Worker:
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
                  activities: Sequence[Callable[..., Any]] = (), max_cached_workflows: int = 1000,
                  max_concurrent_activities: int = 100, identity: str = "",
-                 kafka_config: Mapping[str, str] | None = None) -> None:
+                 kafka_config: Mapping[str, str] | None = None, activity_executor: Executor | None = None,
+                 max_concurrent_workflow_tasks: int = 100, max_concurrent_local_activities: int = 100,
+                 graceful_shutdown_timeout: timedelta = timedelta(), workflow_runner: WorkflowRunner | None = None,
+                 ) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
+        if isinstance(activity_executor, ProcessPoolExecutor):
+            raise TypeError("activity_executor: Ostinato runs plain-function activities in threads; pass a "
+                            "ThreadPoolExecutor (or none)")
+        if graceful_shutdown_timeout < timedelta():
+            raise ValueError("graceful_shutdown_timeout must not be negative")
         self.client = client
         self.task_queue = task_queue
         self.identity = identity or f"{socket.gethostname()}@{os.getpid()}"
         self.max_concurrent_activities = max_concurrent_activities
+        self.graceful_shutdown_timeout = graceful_shutdown_timeout
+        self.workflow_runner = workflow_runner or UnsandboxedWorkflowRunner()
         self.kafka_config = dict(kafka_config or {})
-        self.workflow_handler = WorkflowTaskHandler(workflows, client.data_converter, max_cached=max_cached_workflows,
-                                                    identity=self.identity) if workflows else None
+        # `activity_executor` is Temporal's keyword (the thread pool); the attribute is the executor of tasks.
         self.activity_executor = ActivityExecutor(
-            activities, client.data_converter, identity=self.identity, client=client) if activities else None
+            activities, client.data_converter, identity=self.identity, client=client,
+            thread_pool=activity_executor) if activities else None
+        local_activities = LocalActivityRunner(self.activity_executor, client.data_converter,
+                                               max_concurrent_local_activities)
+        self.workflow_handler = WorkflowTaskHandler(
+            workflows, client.data_converter, max_cached=max_cached_workflows, identity=self.identity,
+            local_activities=local_activities, max_concurrent=max_concurrent_workflow_tasks) if workflows else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 

@@ -47,6 +47,8 @@ __all__ = [
     "execute_activity",
     "execute_activity_method",
     "execute_child_workflow",
+    "execute_local_activity",
+    "execute_local_activity_method",
     "get_external_workflow_handle",
     "get_last_completion_result",
     "get_last_failure",
@@ -72,6 +74,8 @@ __all__ = [
     "start_activity",
     "start_activity_method",
     "start_child_workflow",
+    "start_local_activity",
+    "start_local_activity_method",
     "time",
     "unsafe",
     "update",
@@ -628,6 +632,125 @@ class _Activity:
             return
         if self.cancellation != ActivityCancellationType.ABANDON and self.scheduled_event_id:
             self.instance.command("RequestCancelActivityTaskCommand", {"scheduled_event_id": self.scheduled_event_id})
+
+
+def start_local_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args_: Any,
+                         schedule_to_close_timeout: timedelta | None = None,
+                         schedule_to_start_timeout: timedelta | None = None,
+                         start_to_close_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+                         local_retry_threshold: timedelta | None = None,
+                         cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+                         activity_id: str | None = None, result_type: Any = None,
+                         args: Sequence[Any] | None = None) -> asyncio.Task[T]:
+    """Run an activity inside the workflow task, on this worker (one of its registered activities), as Temporal's
+    local activities: no activity task goes through the engine; the outcome is recorded as a `core_local_activity`
+    marker with the task's answer, and replay returns it without running the function again.
+
+    Failed attempts are retried here, with the retry policy's backoff, while the next backoff is at most
+    `local_retry_threshold` (default 1 minute); a longer one records the failure with its backoff, waits on a
+    workflow timer and runs the next attempt in a later task. A local activity that outlasts 80% of the workflow
+    task's timeout keeps the task alive: the worker answers with what it has and asks for a new task at once, and
+    the marker comes with a later answer. Raises `ActivityError` (its cause says why) when it fails for good."""
+    if schedule_to_close_timeout is None and start_to_close_timeout is None:
+        raise ValueError("a local activity needs start_to_close_timeout or schedule_to_close_timeout")
+    instance = runtime.current()
+    name, hint = _activity_name(activity)
+    seq = instance.next_seq("activity")
+    options = {
+        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
+        "schedule_to_start_timeout_ms": to_ms(schedule_to_start_timeout),
+        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
+        "retry_policy": None if retry_policy is None else retry_policy.to_record(),
+        "local_retry_threshold_ms": to_ms(local_retry_threshold),
+    }
+    local = _LocalActivity(instance, seq, activity_id or str(seq), name,
+                           instance.converter.encode(defs.call_arguments(args_, args)), options, result_type or hint,
+                           cancellation_type)
+    task = instance.loop.create_task(local.run(), name=f"local activity {local.activity_id}")
+    task.add_done_callback(local.task_done)
+    return task
+
+
+async def execute_local_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args: Any,
+                                 **options: Any) -> T:
+    """`start_local_activity` and wait for its result."""
+    return await start_local_activity(activity, *args, **options)
+
+
+start_local_activity_method = start_local_activity  # Temporal's names for an activity that is a method
+execute_local_activity_method = execute_local_activity
+
+
+class _LocalActivity:
+    """A local activity, attempt after attempt: the worker runs it (live) or its marker says how it went (replay)."""
+
+    def __init__(self, instance: runtime.WorkflowInstance, seq: int, activity_id: str, activity_type: str,
+                 payloads: list[Record], options: Record, hint: Any, cancellation: ActivityCancellationType) -> None:
+        self.instance, self.seq, self.activity_id, self.activity_type = instance, seq, activity_id, activity_type
+        self.payloads, self.options, self.hint, self.cancellation = payloads, options, hint, cancellation
+        self.attempt = 1
+        self.original_schedule_time_ms = _ms(instance.now)
+        self.requested = False
+        self.cancel_backoff: Callable[[], None] | None = None  # set while a timer waits for the next attempt
+        self.done: asyncio.Future[Any] = instance.loop.create_future()
+        instance.schedule_local(self)
+
+    def request(self) -> Record:
+        self.requested = True
+        return {"seq": self.seq, "activity_id": self.activity_id, "activity_type": self.activity_type,
+                "input": self.payloads, "attempt": self.attempt,
+                "original_schedule_time_ms": self.original_schedule_time_ms,
+                "elapsed_ms": _ms(self.instance.now) - self.original_schedule_time_ms, **self.options}
+
+    def resolve(self, resolution: Record) -> None:
+        self.requested = False
+        if self.done.done():
+            return
+        converter = self.instance.converter
+        if resolution["result"] is not None:
+            self.done.set_result(converter.decode_one(resolution["result"], self.hint))
+        elif resolution["backoff_ms"] is not None:
+            self.attempt = resolution["attempt"] + 1
+            self.cancel_backoff = self.instance.start_timer(resolution["backoff_ms"] / 1000, self._next_attempt)
+        else:
+            self.done.set_exception(exc.ActivityError(
+                f"local activity {self.activity_type} failed", activity_id=self.activity_id,
+                activity_type=self.activity_type, scheduled_event_id=0, retry_state=resolution["retry_state"],
+                cause=converter.decode_failure(resolution["failure"])))
+
+    def _next_attempt(self) -> None:
+        self.cancel_backoff = None
+        self.instance.schedule_local(self)
+
+    async def run(self) -> Any:
+        try:
+            return await asyncio.shield(self.done)
+        except asyncio.CancelledError:
+            if self._stop(wait=self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED):
+                with contextlib.suppress(exc.ActivityError):
+                    await self.done
+            raise
+
+    def task_done(self, task: asyncio.Task[Any]) -> None:
+        """A task cancelled before it ran `run` stops the local activity all the same (it cannot wait for it)."""
+        if task.cancelled():
+            self._stop(wait=False)
+
+    def _stop(self, *, wait: bool) -> bool:
+        """Cancel: True when the outcome of the stopped attempt is to be waited for."""
+        if self.done.done():
+            return False
+        if self.cancel_backoff is not None:
+            self.cancel_backoff()
+            self.cancel_backoff = None
+        elif self.instance.cancel_local(self, wait=wait):
+            return True
+        self.done.cancel()
+        return False
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
 
 
 # -- child workflows and other workflows ------------------------------------------------------------------------
