@@ -28,6 +28,8 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import UNFINISHED_ATTR, WorkflowDefinition, parameter_hints
 from ostinato.sdk._loop import WorkflowLoop
 from ostinato.sdk.data import DataConverter
+from ostinato.sdk.search_attributes import TypedSearchAttributes
+from ostinato.sdk.search_attributes import decode as decode_search_attributes
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -84,6 +86,8 @@ class WorkflowInfo:
     start_time: datetime
     run_timeout: timedelta | None
     execution_timeout: timedelta | None
+    # The run's typed attributes (Temporal's `Info.typed_search_attributes`), kept current by upserts.
+    typed_search_attributes: TypedSearchAttributes = TypedSearchAttributes.empty
 
 
 @dataclass
@@ -358,7 +362,8 @@ class WorkflowInstance:
             attrs["attempt"], attrs["first_execution_run_id"], attrs["continued_execution_run_id"], attrs["parent"],
             datetime.fromtimestamp(event["event_time_ms"] / 1000, UTC),
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
-            None if exec_timeout is None else timedelta(milliseconds=exec_timeout))
+            None if exec_timeout is None else timedelta(milliseconds=exec_timeout),
+            typed_search_attributes=decode_search_attributes(attrs["search_attributes"]))
         self.memo = dict(attrs["memo"])
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
         self.obj = self.defn.cls(*args) if self.defn.init_takes_args else self.defn.cls()
