@@ -660,7 +660,7 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
         "id_conflict_policy": _policy_name(id_conflict_policy),
         "retry_policy": None if retry_policy is None else retry_policy.to_record(),
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
-        "search_attributes": to_payloads(search_attributes, lambda v: converter.encode([v])[0]),
+        "search_attributes": to_payloads(search_attributes, lambda v: converter.encode([v])[0], stacklevel=4),
         "header": {}, "parent": None,
     }
 

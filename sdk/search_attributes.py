@@ -301,8 +301,8 @@ def from_json_values(values: Mapping[str, Any], types: Mapping[str, str]) -> Typ
     return TypedSearchAttributes(pairs)
 
 
-def to_payloads(attributes: TypedSearchAttributes | Mapping[str, Any] | None,
-                encode_untyped: Any) -> dict[str, dict[str, Any]]:
+def to_payloads(attributes: TypedSearchAttributes | Mapping[str, Any] | None, encode_untyped: Any,
+                stacklevel: int = 3) -> dict[str, dict[str, Any]]:
     """The payload map of a start's attributes: typed ones with their `type` metadata; the deprecated dictionary
     form (`{name: value}`) through `encode_untyped(value) -> payload`, typed by the engine from the registry."""
     if attributes is None:
@@ -310,5 +310,5 @@ def to_payloads(attributes: TypedSearchAttributes | Mapping[str, Any] | None,
     if isinstance(attributes, TypedSearchAttributes):
         return encode(attributes)
     warnings.warn("dictionary search attributes are deprecated: use TypedSearchAttributes", DeprecationWarning,
-                  stacklevel=3)
+                  stacklevel=stacklevel)  # the caller's caller: user code
     return {name: encode_untyped(value) for name, value in attributes.items()}
