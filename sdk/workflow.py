@@ -406,8 +406,10 @@ def deprecate_patch(patch_id: str) -> None:
 
 def continue_as_new(*args: Any, workflow: type | str | None = None, task_queue: str | None = None,
                     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
-                    memo: dict[str, Any] | None = None) -> Any:
-    """End this run and start a fresh one of the same workflow id with `args` (history starts empty)."""
+                    memo: dict[str, Any] | None = None,
+                    search_attributes: TypedSearchAttributes | Mapping[str, Any] | None = None) -> Any:
+    """End this run and start a fresh one of the same workflow id with `args` (history starts empty); memo and
+    search attributes carry over unless given."""
     instance = runtime.current()
     assert instance.info is not None
     converter = instance.converter
@@ -418,7 +420,9 @@ def continue_as_new(*args: Any, workflow: type | str | None = None, task_queue: 
         "input": converter.encode(args), "run_timeout_ms": to_ms(run_timeout), "task_timeout_ms": to_ms(task_timeout),
         "backoff_start_interval_ms": 0, "retry_policy": None,
         "memo": None if memo is None else {k: converter.encode([v])[0] for k, v in memo.items()},
-        "search_attributes": None, "header": {},
+        "search_attributes": None if search_attributes is None else to_payloads(
+            search_attributes, lambda v: converter.encode([v])[0]),
+        "header": {},
     })
 
 

@@ -94,3 +94,17 @@ def test_the_dictionary_form_still_works_and_is_deprecated() -> None:
         payloads = to_payloads({"CustomerId": "c-1"}, lambda v: {"metadata": {}, "data": json.dumps(v).encode()})
     assert payloads == {"CustomerId": {"metadata": {}, "data": b'"c-1"'}}
     assert to_payloads(None, None) == {}
+
+
+def test_list_rows_and_descriptions_give_typed_attributes() -> None:
+    from ostinato.client import WorkflowExecution, WorkflowExecutionDescription
+
+    row = {"workflow_id": "w", "run_id": "r", "workflow_type": "T", "task_queue": "q", "status": "RUNNING",
+           "start_time_ms": 0, "close_time_ms": None, "history_length": 2,
+           "search_attributes": {"Due": "2026-01-01T00:00:00Z", "Count": 3, "Odd": "x"},
+           "search_attribute_types": {"Due": "Datetime", "Count": "Int"}}
+    assert WorkflowExecution.from_row(row).typed_search_attributes == TypedSearchAttributes([
+        SearchAttributePair(DUE, datetime(2026, 1, 1, tzinfo=UTC)), SearchAttributePair(COUNT, 3)])
+    described = WorkflowExecutionDescription("w", "r", "T", "q", None, 2, {
+        "search_attributes": encode(TypedSearchAttributes([SearchAttributePair(TAGS, ["a"])]))})
+    assert described.typed_search_attributes[TAGS] == ["a"]

@@ -54,6 +54,24 @@ class Unregistered:
         await workflow.wait_condition(lambda: False)
 
 
+@workflow.defn
+class Child:
+    @workflow.run
+    async def run(self) -> str:
+        return workflow.info().typed_search_attributes[CUSTOMER]
+
+
+@workflow.defn
+class Parent:
+    @workflow.run
+    async def run(self, round_: int) -> str:
+        if round_ == 0:
+            workflow.continue_as_new(1, search_attributes=TypedSearchAttributes([SearchAttributePair(COUNT, 42)]))
+        assert workflow.info().typed_search_attributes == TypedSearchAttributes([SearchAttributePair(COUNT, 42)])
+        return await workflow.execute_child_workflow(Child.run, id="typed-child", search_attributes=(
+            TypedSearchAttributes([SearchAttributePair(CUSTOMER, "from-parent")])))
+
+
 async def _described(handle: WorkflowHandle, until: object) -> TypedSearchAttributes:
     for _ in range(500):
         found = (await handle.describe()).typed_search_attributes
@@ -79,6 +97,19 @@ async def test_typed_start_and_upsert_show_in_info_and_describe_with_their_types
         assert found[DUE] == DUE_AT and isinstance(found[COUNT], int)
         await handle.signal(Tagged.finish)
         assert await handle.result() == {"CustomerId": "'c-1'", "Vip": "True"}
+
+
+@run_async
+async def test_children_and_continue_as_new_take_typed_attributes() -> None:
+    async with await WorkflowEnvironment.start_time_skipping(search_attributes=KEYS) as env, \
+            Worker(env.client, task_queue=Q, workflows=[Parent, Child]):
+        handle = await env.client.start_workflow(Parent.run, 0, id="parent", task_queue=Q, search_attributes=(
+            TypedSearchAttributes([SearchAttributePair(VIP, True)])))
+        assert await handle.result() == "from-parent"
+        assert (await env.client.get_workflow_handle("parent").describe()).typed_search_attributes == \
+            TypedSearchAttributes([SearchAttributePair(COUNT, 42)])
+        assert (await env.client.get_workflow_handle("typed-child").describe()).typed_search_attributes == \
+            TypedSearchAttributes([SearchAttributePair(CUSTOMER, "from-parent")])
 
 
 @run_async
