@@ -116,7 +116,16 @@ def checked(payloads: Mapping[str, Record], registry: Mapping[str, str] | None,
             value = json.loads(payload["data"])
         except ValueError:
             return f"search attribute {name!r}: the payload is not valid JSON", {}
+        data = payload["data"]
+        if declared is None and isinstance(value, list) and (not value or sa_type != "KeywordList"):
+            # temporalio's dictionary form gives a list of values: none unsets, one is the value.
+            if not value:
+                out[name] = {"metadata": {"encoding": _NULL, "type": sa_type.encode()}, "data": b""}
+                continue
+            if len(value) == 1:
+                value = value[0]
+                data = json.dumps(value, separators=(",", ":")).encode()
         if (problem := value_problem(sa_type, value)) is not None:
             return f"search attribute {name!r} is {sa_type}: {problem}", {}
-        out[name] = {"metadata": {**meta, "type": sa_type.encode()}, "data": payload["data"]}
+        out[name] = {"metadata": {**meta, "type": sa_type.encode()}, "data": data}
     return None, out

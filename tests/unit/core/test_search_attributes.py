@@ -64,6 +64,16 @@ def test_accepted_payloads_gain_their_registered_type_and_nothing_is_checked_wit
     assert checked({"Anything": js("x")}, None, "default") == (None, {"Anything": js("x")})
 
 
+def test_temporalio_dictionary_lists_of_values_are_taken_as_temporal_takes_them() -> None:
+    problem, typed = checked({"Count": js([5]), "Tags": js(["a"]), "Vip": js([]), "Due": js(["2026-01-01"])},
+                             REGISTRY, "default")
+    assert problem is None
+    assert [typed[n]["data"] for n in ("Count", "Tags", "Due")] == [b"5", b'["a"]', b'"2026-01-01"']
+    assert typed["Vip"]["metadata"] == {"encoding": b"binary/null", "type": b"Bool"}  # no value: unset
+    assert "expected a 64-bit integer" in (checked({"Count": js([5, 6])}, REGISTRY, "default")[0] or "")
+    assert "expected a 64-bit integer" in (checked({"Count": js([5], "Int")}, REGISTRY, "default")[0] or "")
+
+
 def test_names_and_types() -> None:
     assert type_name("keyword_list") == type_name("INDEXED_VALUE_TYPE_KEYWORD_LIST") == "KeywordList"
     assert type_name("Float") is None
