@@ -64,3 +64,7 @@ def list_attributes(server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt 
                     output: OutputOpt = "table") -> None:
     """The namespace's custom search attributes and the built-in ones, with their types."""
     _print(_run(lambda: _call(server, "GET", _path(namespace))), output)
+
+
+# tctl's older spelling (`tctl admin cluster add-search-attributes`), for scripts that port.
+app.command("add-search-attributes", help="The same as `search-attribute create`.")(create)

@@ -4,6 +4,7 @@ name, and list/count queries typed by the registry."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -104,6 +105,31 @@ def test_register_then_start_typed_and_refuse_wrong_types(api: tuple[ServerProce
     assert status == 200 and "DueAt" in described["search_attributes"]
 
 
+def urllib_quote(text: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(text, safe="")
+
+
+def test_the_cli_registers_and_lists(api: tuple[ServerProcess, str, Path]) -> None:
+    from typer.testing import CliRunner
+
+    from ostinato.services.cli.main import app
+
+    server, _, _ = api
+    runner = CliRunner()
+    created = runner.invoke(app, ["operator", "search-attribute", "create", "--name", "Region", "--type", "Keyword",
+                                  "--name", "Score", "--type", "double", "-n", NS, "--server", server.url,
+                                  "-o", "json"])
+    assert created.exit_code == 0, created.output
+    assert {"Region": "Keyword", "Score": "Double"}.items() <= json.loads(created.output)["custom_attributes"].items()
+    listed = runner.invoke(app, ["operator", "search-attribute", "list", "-n", NS, "--server", server.url])
+    assert listed.exit_code == 0 and "Region" in listed.output and "WorkflowType" in listed.output
+    clash = runner.invoke(app, ["operator", "add-search-attributes", "--name", "Region", "--type", "Int", "-n", NS,
+                                "--server", server.url])
+    assert clash.exit_code == 1 and "already registered" in clash.output
+
+
 def test_the_registry_survives_a_server_restart(kafka: KafkaCluster, api: tuple[ServerProcess, str, Path]) -> None:
     server, prefix, home = api
     assert call(server, "POST", f"{BASE}/search-attributes", {"search_attributes": {"Durable": "Bool"}})[0] == 200
@@ -118,9 +144,3 @@ def test_the_registry_survives_a_server_restart(kafka: KafkaCluster, api: tuple[
         assert _start(again, "durable-2", {"Durable": True})[0] == 201
     finally:
         again.stop()
-
-
-def urllib_quote(text: str) -> str:
-    import urllib.parse
-
-    return urllib.parse.quote(text, safe="")
