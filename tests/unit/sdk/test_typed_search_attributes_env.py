@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -142,7 +142,15 @@ async def test_an_upsert_of_an_unregistered_attribute_fails_the_workflow_task() 
         description = await handle.describe()
         assert description.status is not None and description.status.name == "RUNNING"
         assert description.typed_search_attributes == TypedSearchAttributes.empty
-        await handle.terminate("registered elsewhere")
+        # Registering it is the fix: the task's next attempt goes through, without touching the run.
+        region = SearchAttributeKey.for_keyword("Region")
+        await env.client.add_search_attributes([region])
+        for _ in range(50):
+            await env.sleep(timedelta(minutes=1))  # past the failed task's retry backoff
+            if region in (await handle.describe()).typed_search_attributes:
+                break
+        assert (await handle.describe()).typed_search_attributes[region] == "eu"
+        await handle.terminate("done")
 
 
 @run_async
