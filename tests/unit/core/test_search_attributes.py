@@ -48,6 +48,8 @@ def upsert(**values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     ({"Total": js(2, "Int")}, "'Total' is registered as Double, but the value is typed Int"),
     ({"WorkflowType": js("x")}, "WorkflowType is built in"),
     ({"CustomerId": payload(b"xx", b"binary/encrypted")}, "must be a plain JSON payload"),
+    ({"CustomerId": payload(b"{not json")}, "'CustomerId': the payload is not valid JSON"),
+    ({"Total": js("1.5")}, "'Total' is Double: expected a finite number"),
 ])
 def test_what_the_registry_refuses(values: dict[str, Any], message: str) -> None:
     problem, _ = checked(values, REGISTRY, "default")
