@@ -89,6 +89,12 @@ class WorkflowInfo:
     # The run's typed attributes (Temporal's `Info.typed_search_attributes`), kept current by upserts.
     typed_search_attributes: TypedSearchAttributes = TypedSearchAttributes.empty
 
+    @property
+    def search_attributes(self) -> dict[str, list[Any]]:
+        """Deprecated in temporalio, kept for code that ports: name -> list of values (a KeywordList's elements)."""
+        return {p.key.name: list(p.value) if isinstance(p.value, list) else [p.value]
+                for p in self.typed_search_attributes}
+
 
 @dataclass
 class TaskOutcome:

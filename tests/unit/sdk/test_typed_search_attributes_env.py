@@ -38,6 +38,8 @@ class Tagged:
                                            VIP.value_unset()])
         after = workflow.info().typed_search_attributes
         assert after.get(COUNT) == 5 and VIP not in after and after[CUSTOMER] == "c-1"
+        assert workflow.info().search_attributes["Tags"] == ["a", "b"]  # temporalio's deprecated view
+        assert workflow.info().search_attributes["Count"] == [5]
         await workflow.wait_condition(lambda: self.done)
         return seen
 
