@@ -42,12 +42,12 @@ SA_OBJECTS: dict[SearchAttributeType, str] = {
     SearchAttributeType.INT: "sa_int",
     SearchAttributeType.DOUBLE: "sa_double",
     SearchAttributeType.BOOL: "sa_bool",
-    SearchAttributeType.DATETIME: "sa_datetime",  # epoch milliseconds, like query.datetime_ms
+    SearchAttributeType.DATETIME: "sa_datetime",  # dates given as epoch milliseconds, like query.datetime_ms
     SearchAttributeType.KEYWORD_LIST: "sa_keyword_list",
 }
 _FIELD_TYPES: dict[AttrType, str] = {
     SearchAttributeType.KEYWORD: "keyword", SearchAttributeType.TEXT: "keyword", SearchAttributeType.INT: "long",
-    SearchAttributeType.DOUBLE: "double", SearchAttributeType.BOOL: "boolean", SearchAttributeType.DATETIME: "long",
+    SearchAttributeType.DOUBLE: "double", SearchAttributeType.BOOL: "boolean", SearchAttributeType.DATETIME: "date",
     SearchAttributeType.KEYWORD_LIST: "keyword", SystemType.STATUS: "keyword", SystemType.DURATION: "long",
 }
 # Lucene rejects a document with a term over 32766 bytes; a longer custom keyword is kept in the row, unindexed.
@@ -68,6 +68,8 @@ def mappings() -> Json:
         mapping: Json = {"type": _FIELD_TYPES[sa_type]}
         if mapping["type"] == "keyword":
             mapping["ignore_above"] = _KEYWORD_IGNORE_ABOVE
+        elif mapping["type"] == "date":  # a real date to OpenSearch (and its dashboards), written and queried as
+            mapping["format"] = "epoch_millis"  # the milliseconds both stores compare, so they stay in step
         templates.append({obj: {"path_match": f"{obj}.*", "mapping": mapping}})
     return {"dynamic": "strict", "dynamic_templates": templates, "properties": properties}
 

@@ -27,6 +27,7 @@ REPLY = REPLY_PREFIX + "Reply"  # <prefix>.replies
 CLUSTER_SETTINGS = "ostinato.cluster.ClusterSettings"  # <prefix>.cluster, key `settings`
 SHARD_OWNER = "ostinato.cluster.ShardOwner"  # <prefix>.cluster, keys `shard/<n>`
 NAMESPACE = "ostinato.cluster.Namespace"  # <prefix>.cluster, keys `namespace/<name>`
+SEARCH_ATTRIBUTE = "ostinato.cluster.SearchAttribute"  # <prefix>.cluster, keys `search_attribute/<namespace>/<name>`
 
 # -- branches of Reply.body ---------------------------------------------------------------------------------------
 ACCEPTED = REPLY_PREFIX + "Accepted"

@@ -353,6 +353,25 @@ class HttpService(ClientTransport):
         body = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/workflow-count?{params}")
         return int(body["count"])
 
+    # -- search attributes ------------------------------------------------------------------------------------
+
+    async def add_search_attributes(self, namespace: str, attributes: dict[str, str]) -> dict[str, str]:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes"
+        try:
+            async with self.session.post(self.target + path, json={"search_attributes": attributes},
+                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                if resp.status != 200:
+                    raise await _error(resp, f"POST {path}")
+                found: Record = await resp.json()
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise exc.RPCError(f"POST {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
+                               code="unavailable") from None
+        return dict(found["custom_attributes"])
+
+    async def list_search_attributes(self, namespace: str) -> dict[str, str]:
+        found = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes")
+        return dict(found["custom_attributes"])
+
     async def _get_json(self, path: str) -> Record:
         try:
             async with self.session.get(self.target + path, timeout=aiohttp.ClientTimeout(total=30)) as resp:

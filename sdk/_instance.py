@@ -29,6 +29,8 @@ from ostinato.sdk._definitions import UNFINISHED_ATTR, WorkflowDefinition, param
 from ostinato.sdk._loop import WorkflowLoop
 from ostinato.sdk.common import RetryPolicy
 from ostinato.sdk.data import DataConverter
+from ostinato.sdk.search_attributes import TypedSearchAttributes
+from ostinato.sdk.search_attributes import decode as decode_search_attributes
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -88,6 +90,14 @@ class WorkflowInfo:
     execution_timeout: timedelta | None
     cron_schedule: str | None = None  # None when the workflow has none, as in Temporal
     retry_policy: RetryPolicy | None = None
+    # The run's typed attributes (Temporal's `Info.typed_search_attributes`), kept current by upserts.
+    typed_search_attributes: TypedSearchAttributes = TypedSearchAttributes.empty
+
+    @property
+    def search_attributes(self) -> dict[str, list[Any]]:
+        """Deprecated in temporalio, kept for code that ports: name -> list of values (a KeywordList's elements)."""
+        return {p.key.name: list(p.value) if isinstance(p.value, list) else [p.value]
+                for p in self.typed_search_attributes}
 
 
 @dataclass
@@ -489,7 +499,8 @@ class WorkflowInstance:
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
             None if exec_timeout is None else timedelta(milliseconds=exec_timeout),
             attrs.get("cron_schedule") or None,  # .get: histories saved as JSON before it existed lack it
-            RetryPolicy.from_record(attrs["retry_policy"]))
+            RetryPolicy.from_record(attrs["retry_policy"]),
+            typed_search_attributes=decode_search_attributes(attrs["search_attributes"]))
         # What the previous run of a retried or cron chain left: `workflow.get_last_failure()` and
         # `workflow.get_last_completion_result()` read them.
         self.last_failure = attrs.get("continued_failure")

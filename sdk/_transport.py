@@ -77,6 +77,22 @@ class ClientTransport(ABC):
         """
         raise exc.RPCError(f"{type(self).__name__} does not support updates")
 
+    async def add_search_attributes(self, namespace: str, attributes: dict[str, str]) -> dict[str, str]:
+        """Register custom search attributes (name -> type) in a namespace; the namespace's custom attributes.
+
+        Raises:
+            RPCError: by default: the transport has no registry; or the server refused (a type clash is a 409).
+        """
+        raise exc.RPCError(f"{type(self).__name__} cannot register search attributes")
+
+    async def list_search_attributes(self, namespace: str) -> dict[str, str]:
+        """The namespace's custom search attributes, name -> type.
+
+        Raises:
+            RPCError: by default: the transport has no registry.
+        """
+        raise exc.RPCError(f"{type(self).__name__} has no search attribute registry")
+
     def worker_transport(self) -> WorkerTransport:
         """What serves the tasks of this client's workers.
 

@@ -19,6 +19,8 @@ from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.search_attributes import SearchAttributeKey, TypedSearchAttributes, from_json_values, to_payloads
+from ostinato.sdk.search_attributes import decode as decode_search_attributes
 
 __all__ = [
     "AsyncActivityCancelledError",
@@ -95,6 +97,11 @@ class WorkflowExecution:
                    row["start_time_ms"], row.get("close_time_ms"), row["history_length"],
                    dict(row.get("search_attributes") or {}), row)
 
+    @property
+    def typed_search_attributes(self) -> TypedSearchAttributes:
+        """The run's custom attributes with the types the visibility store indexed them by."""
+        return from_json_values(self.search_attributes, self.raw.get("search_attribute_types") or {})
+
 
 @dataclass(frozen=True)
 class WorkflowExecutionDescription:
@@ -125,6 +132,11 @@ class WorkflowExecutionDescription:
         task = self.raw.get("workflow_task") or {}
         failure = task.get("last_failure")
         return None if failure is None else {**failure, "cause": task.get("last_failure_cause", "")}
+
+    @property
+    def typed_search_attributes(self) -> TypedSearchAttributes:
+        """The run's custom search attributes, typed as the engine accepted them (Temporal's name)."""
+        return decode_search_attributes(self.raw.get("search_attributes") or {})
 
 
 class Client:
@@ -163,7 +175,8 @@ class Client:
                              id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED",
                              id_conflict_policy: WorkflowIDConflictPolicy | str = "UNSPECIFIED",
                              retry_policy: RetryPolicy | None = None,
-                             memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
+                             memo: dict[str, Any] | None = None,
+                             search_attributes: TypedSearchAttributes | dict[str, Any] | None = None,
                              request_id: str | None = None, result_type: Any = None,
                              args: Sequence[Any] | None = None, cron_schedule: str = "") -> WorkflowHandle:
         """Start a workflow; raises WorkflowAlreadyStartedError when the id is taken (per the policies). Arguments
@@ -258,6 +271,19 @@ class Client:
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
+
+    async def add_search_attributes(self, keys: Sequence[SearchAttributeKey[Any]]) -> None:
+        """Register custom search attributes in this client's namespace (what Temporal does through
+        `operator_service.add_search_attributes`, or `temporal operator search-attribute create`). Registering one
+        again with the same type is a no-op; another type raises RPCError (409): a type never changes."""
+        await self.service.add_search_attributes(
+            self.namespace, {k.name: k.indexed_value_type.metadata_type for k in keys})
+
+    async def list_search_attributes(self) -> list[SearchAttributeKey[Any]]:
+        """The custom search attributes registered in this client's namespace."""
+        found = await self.service.list_search_attributes(self.namespace)
+        keys = (SearchAttributeKey.from_metadata_type(name, sa_type) for name, sa_type in sorted(found.items()))
+        return [k for k in keys if k is not None]
 
     async def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
         """Runs matching a visibility query (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`), page by
@@ -577,7 +603,8 @@ class WithStartWorkflowOperation:
                  execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
                  task_timeout: timedelta | None = None,
                  id_reuse_policy: WorkflowIDReusePolicy | str = "UNSPECIFIED", retry_policy: RetryPolicy | None = None,
-                 memo: dict[str, Any] | None = None, search_attributes: dict[str, Any] | None = None,
+                 memo: dict[str, Any] | None = None,
+                 search_attributes: TypedSearchAttributes | dict[str, Any] | None = None,
                  request_id: str | None = None, result_type: Any = None, cron_schedule: str = "") -> None:
         self.workflow_name, hint = _workflow_name(workflow)
         self.id = id
@@ -631,7 +658,7 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
                 execution_timeout: timedelta | None, run_timeout: timedelta | None, task_timeout: timedelta | None,
                 id_reuse_policy: WorkflowIDReusePolicy | str, id_conflict_policy: WorkflowIDConflictPolicy | str,
                 retry_policy: RetryPolicy | None, memo: dict[str, Any] | None,
-                search_attributes: dict[str, Any] | None, cron_schedule: str = "") -> Record:
+                search_attributes: TypedSearchAttributes | dict[str, Any] | None, cron_schedule: str = "") -> Record:
     return {
         "workflow_type": name, "task_queue": task_queue, "input": converter.encode(list(arguments)),
         "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
@@ -639,7 +666,7 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
         "id_conflict_policy": _policy_name(id_conflict_policy),
         "retry_policy": None if retry_policy is None else retry_policy.to_record(),
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
-        "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
+        "search_attributes": to_payloads(search_attributes, lambda v: converter.encode([v])[0], stacklevel=4),
         "header": {}, "parent": None, "cron_schedule": cron_schedule,
     }
 

@@ -8,7 +8,28 @@ from datetime import timedelta
 from enum import IntEnum
 from typing import Any
 
-__all__ = ["RetryPolicy", "WorkflowIDConflictPolicy", "WorkflowIDReusePolicy"]
+from ostinato.sdk.search_attributes import (
+    SearchAttributeIndexedValueType,
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributes,
+    SearchAttributeUpdate,
+    SearchAttributeValues,
+    TypedSearchAttributes,
+)
+
+__all__ = [
+    "RetryPolicy",
+    "SearchAttributeIndexedValueType",
+    "SearchAttributeKey",
+    "SearchAttributePair",
+    "SearchAttributeUpdate",
+    "SearchAttributeValues",
+    "SearchAttributes",
+    "TypedSearchAttributes",
+    "WorkflowIDConflictPolicy",
+    "WorkflowIDReusePolicy",
+]
 
 
 def to_ms(value: timedelta | None) -> int | None:

@@ -15,6 +15,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,9 +25,11 @@ from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, Serve
 from ostinato.sdk.activity import ActivityContext, ActivityInfo, set_context
 from ostinato.sdk.client import Client
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.search_attributes import SearchAttributeKey
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.model import from_record
+from ostinato.streams.search_attributes import name_problem
 from ostinato.streams.update_status import reached, update_status
 
 __all__ = ["ActivityEnvironment", "EngineService", "WorkflowEnvironment"]
@@ -61,6 +64,23 @@ class EngineService(ClientTransport):
             raise exc.RPCError(f"no answer to {body[0]}")
         result: Body = reply["body"]
         return result
+
+    async def add_search_attributes(self, namespace: str, attributes: dict[str, str]) -> dict[str, str]:
+        """One registry for every namespace of the in-memory engine; once it has any attribute, the engine refuses
+        unregistered ones and wrong types as a cluster does."""
+        current = dict(self.engine.config.search_attributes or {})
+        for name, sa_type in attributes.items():
+            if (problem := name_problem(name)) is not None:
+                raise exc.RPCError(problem, status=400, code="invalid_argument")
+            if current.get(name, sa_type) != sa_type:
+                raise exc.RPCError(f"search attribute {name!r} is already registered as {current[name]}",
+                                   status=409, code="already_exists")
+            current[name] = sa_type
+        self.engine.config = replace(self.engine.config, search_attributes=current)
+        return current
+
+    async def list_search_attributes(self, namespace: str) -> dict[str, str]:
+        return dict(self.engine.config.search_attributes or {})
 
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
                     timeout: timedelta) -> Body:
@@ -203,10 +223,18 @@ class WorkflowEnvironment:
 
     @classmethod
     async def start_time_skipping(cls, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
-                                  shards: int = 1, start_time: datetime | None = None) -> WorkflowEnvironment:
+                                  shards: int = 1, start_time: datetime | None = None,
+                                  search_attributes: Sequence[SearchAttributeKey[Any]] | None = None,
+                                  ) -> WorkflowEnvironment:
+        """An in-memory engine with virtual time. `search_attributes` registers custom attributes (as temporalio's
+        `start_local` does): then unregistered ones and wrong types are refused as on a cluster; without it (and
+        until `client.add_search_attributes`) nothing is checked."""
         clock = FakeClock() if start_time is None else FakeClock(int(start_time.timestamp() * 1000))
         engine = InMemoryEngine(shards=shards, clock=clock)
         service = EngineService(engine)
+        if search_attributes is not None:
+            await service.add_search_attributes(namespace, {
+                k.name: k.indexed_value_type.metadata_type for k in search_attributes})
         return cls(engine, service, Client(service, namespace=namespace, data_converter=data_converter))
 
     def now(self) -> datetime:

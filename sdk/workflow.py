@@ -14,7 +14,9 @@ import contextlib
 import json
 import logging
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Any, TypeVar, cast, overload
@@ -26,6 +28,13 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk._instance import ContinueAsNew, ReadOnlyContextError, WorkflowInfo
 from ostinato.sdk._wait import as_completed, wait
 from ostinato.sdk.common import RetryPolicy, to_ms
+from ostinato.sdk.search_attributes import (
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+    encode_updates,
+    to_payloads,
+)
 
 __all__ = [
     "ActivityCancellationType",
@@ -423,8 +432,10 @@ def deprecate_patch(patch_id: str) -> None:
 
 def continue_as_new(*args: Any, workflow: type | str | None = None, task_queue: str | None = None,
                     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
-                    memo: dict[str, Any] | None = None) -> Any:
-    """End this run and start a fresh one of the same workflow id with `args` (history starts empty)."""
+                    memo: dict[str, Any] | None = None,
+                    search_attributes: TypedSearchAttributes | Mapping[str, Any] | None = None) -> Any:
+    """End this run and start a fresh one of the same workflow id with `args` (history starts empty); memo and
+    search attributes carry over unless given."""
     instance = runtime.current()
     assert instance.info is not None
     converter = instance.converter
@@ -435,14 +446,31 @@ def continue_as_new(*args: Any, workflow: type | str | None = None, task_queue: 
         "input": converter.encode(args), "run_timeout_ms": to_ms(run_timeout), "task_timeout_ms": to_ms(task_timeout),
         "backoff_start_interval_ms": 0, "retry_policy": None,
         "memo": None if memo is None else {k: converter.encode([v])[0] for k, v in memo.items()},
-        "search_attributes": None, "header": {},
+        "search_attributes": None if search_attributes is None else to_payloads(
+            search_attributes, lambda v: converter.encode([v])[0]),
+        "header": {},
     })
 
 
-def upsert_search_attributes(attributes: dict[str, Any]) -> None:
+def upsert_search_attributes(updates: Sequence[SearchAttributeUpdate[Any]] | Mapping[str, Any]) -> None:
+    """Set or unset search attributes of this run: `[key.value_set(v), other.value_unset()]` (Temporal's typed
+    form). The engine refuses an unregistered attribute or a wrong type by failing the workflow task (BAD_COMMAND),
+    so the run waits for fixed code. The dictionary form (`{name: value}`, typed by the engine from the namespace's
+    registry) still works but is deprecated, as in Temporal."""
     instance = runtime.current()
+    if isinstance(updates, Mapping):
+        warnings.warn("dictionary search attributes are deprecated: pass [key.value_set(value), ...]",
+                      DeprecationWarning, stacklevel=2)
+        payloads = {k: instance.converter.encode([v])[0] for k, v in updates.items()}
+        instance.command("UpsertWorkflowSearchAttributesCommand", {"search_attributes": payloads})
+        return
     instance.command("UpsertWorkflowSearchAttributesCommand", {
-        "search_attributes": {k: instance.converter.encode([v])[0] for k, v in attributes.items()}})
+        "search_attributes": encode_updates(updates)})
+    assert instance.info is not None
+    unset = {u.key.name for u in updates if u.value is None}
+    kept = [p for p in instance.info.typed_search_attributes if p.key.name not in unset]
+    instance.info = replace(instance.info, typed_search_attributes=TypedSearchAttributes(kept).updated(
+        *(SearchAttributePair(u.key, u.value) for u in updates if u.value is not None)))
 
 
 def _as_bytes(value: Any, what: str) -> bytes | None:
@@ -863,6 +891,7 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
                                run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
                                parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
                                retry_policy: RetryPolicy | None = None, memo: dict[str, Any] | None = None,
+                               search_attributes: TypedSearchAttributes | Mapping[str, Any] | None = None,
                                result_type: Any = None, args: Sequence[Any] | None = None,
                                cron_schedule: str = "",
                                cancellation_type: ChildWorkflowCancellationType = (
@@ -888,7 +917,8 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
         "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
         "task_timeout_ms": to_ms(task_timeout), "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
         "id_reuse_policy": "UNSPECIFIED", "retry_policy": None if retry_policy is None else retry_policy.to_record(),
-        "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()}, "search_attributes": {},
+        "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
+        "search_attributes": to_payloads(search_attributes, lambda v: converter.encode([v])[0]),
         "header": {}, "cron_schedule": cron_schedule,
     }
     handle = ChildWorkflowHandle(instance, body, result_type or hint, cancellation_type)

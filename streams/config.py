@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DAY_MS = 24 * 3600 * 1000
@@ -31,3 +32,6 @@ class Config:
     # Topics a workflow may publish to (workflow.publish), as fnmatch patterns; none by default. The engine's own
     # topics are never allowed (`egress_problem`).
     egress_topics: tuple[str, ...] = ()
+    # The namespace's registered custom search attributes, name -> type (`search_attributes.TYPES`): a cluster always
+    # passes one and refuses anything else; None checks nothing (the core alone, the default test environment).
+    search_attributes: Mapping[str, str] | None = None

@@ -1,5 +1,5 @@
-"""Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`), and which namespaces
-are registered (keys `namespace/<name>`).
+"""Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`), which namespaces
+are registered (keys `namespace/<name>`) and their custom search attributes (keys `search_attribute/<ns>/<name>`).
 
 Owners write their ShardOwner record inside a processing transaction, so a fenced zombie's claim is never
 visible; the latest committed record per shard is the current owner.
@@ -30,6 +30,7 @@ class OwnershipTable:
         self._topic = topic_name(prefix, Topic.CLUSTER)
         self._owners: dict[int, dict[str, object]] = {}
         self._namespaces: dict[str, dict[str, object]] = {}
+        self._search_attributes: dict[str, dict[str, str]] = {}  # namespace -> name -> type
         self.caught_up = threading.Event()  # the topic was read to its end once
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -61,6 +62,11 @@ class OwnershipTable:
         with self._lock:
             return dict(self._namespaces)
 
+    def search_attributes(self, namespace: str) -> dict[str, str]:
+        """The custom search attributes registered in a namespace: name -> type (`Keyword`, `Int`...)."""
+        with self._lock:
+            return dict(self._search_attributes.get(namespace, {}))
+
     def _run(self) -> None:
         while not self._stop.is_set():
             msg = self._consumer.poll(0.5)
@@ -74,7 +80,7 @@ class OwnershipTable:
                     self.caught_up.set()
                 continue
             key = (msg.key() or b"").decode(errors="replace")
-            if not key.startswith(("shard/", "namespace/")) or msg.value() is None:
+            if not key.startswith(("shard/", "namespace/", "search_attribute/")) or msg.value() is None:
                 continue
             try:
                 name, record = codec.decode(msg.value() or b"")
@@ -87,3 +93,7 @@ class OwnershipTable:
             elif name == wire.NAMESPACE:
                 with self._lock:
                     self._namespaces.setdefault(str(record["name"]), record)  # the first registration wins
+            elif name == wire.SEARCH_ATTRIBUTE:
+                with self._lock:  # the first registration of a name wins, as for namespaces
+                    self._search_attributes.setdefault(str(record["namespace"]), {}).setdefault(
+                        str(record["name"]), str(record["type"]))

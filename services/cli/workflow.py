@@ -194,12 +194,22 @@ def start(
     task_queue: Annotated[str, typer.Option("--task-queue", "-q")],
     inputs: JsonInputs = None,
     wait: Annotated[bool, typer.Option("--wait", help="Show progress until the result.")] = False,
+    search_attributes: Annotated[list[str] | None, typer.Option(
+        "--search-attribute", help="NAME=VALUE (VALUE as JSON, else a string) of a custom search attribute "
+                                   "registered in the namespace (`ostinato operator search-attribute create`); "
+                                   "repeatable.")] = None,
     server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
 ) -> None:
     """Start a workflow; with --wait, stream its history until it closes and print the result."""
+    attributes: dict[str, Any] = {}
+    for item in search_attributes or []:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"--search-attribute takes NAME=VALUE, not {item!r}")
+        attributes[name] = _value(text)
     started = _run(lambda: _call(server, "POST", f"/api/v1/namespaces/{namespace}/workflows", {
         "workflow_id": workflow_id, "workflow_type": workflow_type, "task_queue": task_queue,
-        "input": _values(inputs or [])}))
+        "input": _values(inputs or []), "search_attributes": attributes}))
     if not wait:
         _show(started, output)
         return

@@ -33,6 +33,10 @@ class Namespaces:
     def known(self, name: str) -> bool:
         return name == DEFAULT_NAMESPACE or self.table.namespace(name) is not None
 
+    def search_attributes(self, name: str) -> dict[str, str]:
+        """The namespace's registered custom search attributes, name -> type."""
+        return self.table.search_attributes(name)
+
     def describe(self, name: str) -> dict[str, Any] | None:
         if name == DEFAULT_NAMESPACE:
             return {"name": name, "retention_ms": self.default_retention_ms, "description": "the default namespace",
@@ -44,19 +48,20 @@ NAMESPACES = web.AppKey("namespaces", Namespaces)
 
 
 def config_for(table: OwnershipTable, base: Config) -> Any:
-    """The processor's per-namespace settings: the base config with the namespace's retention."""
-    cache: dict[tuple[str, int], Config] = {}
+    """The processor's per-namespace settings: the base config with the namespace's retention and its registered
+    search attributes (so the core refuses unregistered ones and wrong types)."""
+    from dataclasses import replace
+
+    cache: dict[tuple[str, int, frozenset[tuple[str, str]]], Config] = {}
 
     def lookup(namespace: str) -> Config:
         record = table.namespace(namespace)
-        if record is None:
-            return base
-        retention = int(record["retention_ms"])  # type: ignore[call-overload]
-        found = cache.get((namespace, retention))
+        retention = base.retention_ms if record is None else int(record["retention_ms"])  # type: ignore[call-overload]
+        registry = table.search_attributes(namespace)
+        key = (namespace, retention, frozenset(registry.items()))
+        found = cache.get(key)
         if found is None:
-            from dataclasses import replace
-
-            found = cache[(namespace, retention)] = replace(base, retention_ms=retention)
+            found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry)
         return found
 
     return lookup
@@ -134,3 +139,6 @@ def install(app: web.Application, spaces: Namespaces) -> None:
     app.router.add_post("/api/v1/namespaces", register)
     app.router.add_get("/api/v1/namespaces", list_namespaces)
     app.router.add_get("/api/v1/namespaces/{namespace}", describe)
+    from ostinato.services.frontend import search_attributes_api  # it builds on this module
+
+    search_attributes_api.install(app)

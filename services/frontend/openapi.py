@@ -42,11 +42,18 @@ _START = _obj({
     "input": _ANY_LIST, "execution_timeout_ms": {"type": "integer", "minimum": 1},
     "run_timeout_ms": {"type": "integer", "minimum": 1}, "task_timeout_ms": {"type": "integer", "minimum": 1},
     "id_reuse_policy": {"type": "string"}, "id_conflict_policy": {"type": "string"}, "memo": _MAP,
-    "search_attributes": _MAP, "request_id": {"type": "string"},
+    "search_attributes": {**_MAP, "description": "name -> JSON value of custom attributes registered in the "
+                          "namespace (a value of the wrong type, or an unregistered name, is a 400)"},
+    "request_id": {"type": "string"},
     "cron_schedule": {"type": "string", "description": "5-field cron (UTC): a run at each of its times"},
     "wait": {"type": "boolean", "description": "false: answer 202 once Kafka has the start (bulk starts)"},
 }, ["workflow_id", "workflow_type", "task_queue"])
 
+_SA_TYPE = {"type": "string", "enum": ["Keyword", "Text", "Int", "Double", "Bool", "Datetime", "KeywordList"]}
+_SEARCH_ATTRIBUTES = {"200": {"description": "The namespace's search attributes", "content": {JSON: {"schema": _obj({
+    "namespace": {"type": "string"}, "custom_attributes": {"type": "object", "additionalProperties": _SA_TYPE},
+    "system_attributes": {"type": "object", "additionalProperties": {"type": "string"}}},
+    ["namespace", "custom_attributes", "system_attributes"])}}}}
 
 _STAGE = {"type": "string", "enum": ["ADMITTED", "ACCEPTED", "COMPLETED"]}
 _UPDATE = _obj({"input": _ANY_LIST, "update_id": {"type": "string", "description": "de-duplicates: the same id "
@@ -219,6 +226,13 @@ def spec() -> dict[str, Any]:
                                    "owner_email": {"type": "string"}}, ["name"]), 400, 409, 503, params=[],
                                    ok={"201": {"description": "Registered"}})},
         "/api/v1/namespaces/{namespace}": get("A namespace and its retention", [_NS], 404),
+        "/api/v1/namespaces/{namespace}/search-attributes": {
+            **get("The namespace's custom search attributes and the built-in ones, name to type", [_NS], 404,
+                  ok=_SEARCH_ATTRIBUTES),
+            **post("Register custom search attributes (Temporal's `operator search-attribute create`); the same "
+                   "name and type again is a no-op, another type a 409", _obj({
+                       "search_attributes": {"type": "object", "additionalProperties": _SA_TYPE}},
+                       ["search_attributes"]), 400, 404, 409, 503, params=[_NS], ok=_SEARCH_ATTRIBUTES)},
         "/api/v1/namespaces/{namespace}/workflow-count": get("How many runs match a query", [
             _NS, {"name": "query", "in": "query", "schema": {"type": "string"}}], 400),
         "/api/v1/namespaces/{namespace}/task-queues/{task_queue}": get(

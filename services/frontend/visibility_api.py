@@ -8,6 +8,7 @@ import asyncio
 import base64
 import binascii
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,16 +23,17 @@ from ostinato.connectors.visibility_opensearch import (
 )
 from ostinato.connectors.visibility_sqlite import InvalidPageTokenError, SqliteVisibilityFeeder, SqliteVisibilityStore
 from ostinato.services.frontend.http import error, jsonable
+from ostinato.services.frontend.search_attributes_api import registry
 
 log = logging.getLogger("ostinato.visibility")
 DEFAULT_PAGE_SIZE = 100
 
 
 class VisibilityStore(Protocol):
-    def count(self, namespace: str, query: str = "") -> int: ...
+    def count(self, namespace: str, query: str = "", search_attributes: Mapping[str, str] | None = None) -> int: ...
 
-    def list(self, namespace: str, query: str = "", page_size: int = 100,
-             next_page_token: bytes | None = None) -> tuple[list[dict[str, Any]], bytes | None]: ...
+    def list(self, namespace: str, query: str = "", page_size: int = 100, next_page_token: bytes | None = None,
+             search_attributes: Mapping[str, str] | None = None) -> tuple[list[dict[str, Any]], bytes | None]: ...
 
 
 class Feeder(Protocol):
@@ -74,8 +76,10 @@ async def list_workflows(request: web.Request) -> web.Response:
         return error(400, "invalid_argument", "page_size must be a whole number and next_page_token a token from a "
                      "previous page")
     try:
+        namespace = request.match_info["namespace"]
+        types = registry(request.app, namespace)  # the namespace's custom attributes type the query
         rows, next_token = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: store.list(request.match_info["namespace"], query, page_size, token))
+            None, lambda: store.list(namespace, query, page_size, token, types))
     except QueryError as exc:
         return _query_error(exc)
     except OpenSearchUnavailableError as exc:
@@ -90,8 +94,10 @@ async def list_workflows(request: web.Request) -> web.Response:
 async def count_workflows(request: web.Request) -> web.Response:
     store = request.app[STORE]
     try:
+        namespace = request.match_info["namespace"]
+        types = registry(request.app, namespace)
         count = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: store.count(request.match_info["namespace"], request.query.get("query", "")))
+            None, lambda: store.count(namespace, request.query.get("query", ""), types))
     except QueryError as exc:
         return _query_error(exc)
     except OpenSearchUnavailableError as exc:

@@ -20,6 +20,7 @@ from ostinato.streams.deciders import chain, updates
 from ostinato.streams.deciders.common import close_run, new_run_id, send
 from ostinato.streams.model import RunState
 from ostinato.streams.retry import with_defaults
+from ostinato.streams.search_attributes import checked
 from ostinato.streams.writer import Writer
 
 Record = dict[str, Any]
@@ -32,6 +33,8 @@ CONTINUE = wire.command_type("ContinueAsNewWorkflowExecutionCommand")
 CLOSING = frozenset({COMPLETE, FAIL, CANCEL, CONTINUE})
 PUBLISH = wire.command_type("PublishRecordCommand")
 ACCEPT_UPDATE = wire.command_type("AcceptUpdateCommand")
+UPSERT = wire.command_type("UpsertWorkflowSearchAttributesCommand")
+CHILD = wire.command_type("StartChildWorkflowExecutionCommand")
 COMPLETE_UPDATE = wire.command_type("CompleteUpdateCommand")
 # Kafka's internal topics. The cluster's own (`<prefix>.commands`...) depend on a prefix the core does not know: the
 # server refuses `--egress-topics` patterns that match one, and the shell refuses to produce there.
@@ -122,11 +125,23 @@ def validate_commands(run: RunState, commands: list[tuple[str, Record]], config:
             in_progress.discard(c["update_id"])
         elif name not in HANDLERS:
             return f"command {i}: unknown command {name}"
+        if (problem := _search_attributes_problem(run, name, c, config)) is not None:
+            return f"command {i} ({short}): {problem}"
     for rejection in rejected_updates:
         if rejection["update_id"] not in carried or rejection["update_id"] in answered:
             return f"rejected update {rejection['update_id']!r} was not carried by this task, or is answered twice"
         answered.add(rejection["update_id"])
     return None
+
+
+def _search_attributes_problem(run: RunState, name: str, c: Record, config: Config) -> str | None:
+    """What the namespace's registry refuses in a command's search attributes (a child in another namespace is
+    checked by its own start)."""
+    if name == CHILD and (c["namespace"] or run.namespace) != run.namespace:
+        return None
+    if name not in (UPSERT, CHILD, CONTINUE) or c["search_attributes"] is None:
+        return None
+    return checked(c["search_attributes"], config.search_attributes, run.namespace)[0]
 
 
 def schedule_activity(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
@@ -200,7 +215,8 @@ def continue_as_new(w: Writer, run_id: str, c: Record, completed_id: int) -> Non
     run = w.run(run_id)
     new_id = new_run_id(run.namespace, run.workflow_id, run_id, "continued")
     memo = run.memo if c["memo"] is None else c["memo"]
-    search_attributes = run.search_attributes if c["search_attributes"] is None else c["search_attributes"]
+    search_attributes = run.search_attributes if c["search_attributes"] is None else \
+        checked(c["search_attributes"], w.config.search_attributes, run.namespace)[1]
     workflow_type = c["workflow_type"] or run.workflow_type
     task_queue = c["task_queue"] or run.task_queue
     task_timeout = c["task_timeout_ms"] or run.task_timeout_ms
@@ -292,8 +308,9 @@ def record_marker(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
 
 
 def upsert_search_attributes(w: Writer, run_id: str, c: Record, completed_id: int) -> None:
+    typed = checked(c["search_attributes"], w.config.search_attributes, w.workflow.namespace)[1]
     w.append(run_id, ev.UPSERT_WORKFLOW_SEARCH_ATTRIBUTES, {"workflow_task_completed_event_id": completed_id,
-                                                            "search_attributes": c["search_attributes"]})
+                                                            "search_attributes": typed})
     w.act(UpsertVisibility(w.workflow.namespace, w.workflow.workflow_id, run_id))
 
 

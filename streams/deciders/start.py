@@ -11,6 +11,7 @@ from ostinato.streams import events as ev
 from ostinato.streams.actions import UpsertVisibility
 from ostinato.streams.deadlines import after, fitting
 from ostinato.streams.deciders.common import close_run, new_run_id, schedule_workflow_task, send
+from ostinato.streams.search_attributes import checked
 from ostinato.streams.writer import Step, Writer
 
 Record = dict[str, Any]
@@ -97,6 +98,9 @@ def _start(w: Writer, body: Record, signal: Record | None, update: Record | None
         return w.step
     if (problem := _invalid(body)) is not None:
         return _refuse(w, body, "INVALID_ARGUMENT", problem)
+    problem, search_attributes = checked(body["search_attributes"], w.config.search_attributes, wf.namespace)
+    if problem is not None:
+        return _refuse(w, body, "INVALID_ARGUMENT", problem)
     reuse = body["id_reuse_policy"] if body["id_reuse_policy"] != "UNSPECIFIED" else "ALLOW_DUPLICATE"
     conflict = body["id_conflict_policy"] if body["id_conflict_policy"] != "UNSPECIFIED" else "FAIL"
     if reuse == "TERMINATE_IF_RUNNING":
@@ -124,7 +128,7 @@ def _start(w: Writer, body: Record, signal: Record | None, update: Record | None
         "execution_timeout_ms": body["execution_timeout_ms"],
         "run_timeout_ms": None if body["run_timeout_ms"] is None else fitting(now, body["run_timeout_ms"]),
         "task_timeout_ms": min(timeout, w.config.max_task_timeout_ms), "retry_policy": body["retry_policy"],
-        "memo": body["memo"], "search_attributes": body["search_attributes"], "header": body["header"],
+        "memo": body["memo"], "search_attributes": search_attributes, "header": body["header"],
         "parent": parent, "first_execution_run_id": run_id,
         "execution_expiration_time_ms": None if body["execution_timeout_ms"] is None
         else after(now, body["execution_timeout_ms"]),
