@@ -226,9 +226,9 @@ def _getter(cls: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]
     found = _GETTERS.get(cls)
     if found is None:
         names = tuple(name for name, _, _ in _plan(cls))
-        getter = operator.attrgetter(*names)
-        if len(names) == 1:  # attrgetter of one name answers the value, not a 1-tuple
-            getter = (lambda one: lambda obj: (one(obj),))(getter)
+        # attrgetter of one name answers the value, not a 1-tuple: every state class has several fields
+        assert len(names) > 1, cls
+        getter: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*names)
         found = _GETTERS[cls] = (names, getter)
     return found
 
