@@ -305,14 +305,17 @@ class Shard:
         ns, wf = workflow.namespace, workflow.workflow_id
         p = self._pending
         history = self.topology.topic(Topic.HISTORY)
+        grown: dict[str, int] = {}  # run id -> bytes of history this step adds: one size read and write per run
         for run_id, event in events:
             key = history_key(ns, wf, run_id, event["event_id"]).encode()
             data = codec.encode(wire.HISTORY_EVENT, event)
             self._out(history, self.index, key, data)
             p.writes[Family.HISTORY][key] = data
             p.events[key] = event
+            grown[run_id] = grown.get(run_id, 0) + len(data)
+        for run_id, added in grown.items():
             size_key = run_key(ns, wf, run_id).encode()
-            p.writes[Family.SIZES][size_key] = pack_int(unpack_int(self.get(Family.SIZES, size_key)) + len(data))
+            p.writes[Family.SIZES][size_key] = pack_int(unpack_int(self.get(Family.SIZES, size_key)) + added)
         state = self.topology.topic(Topic.STATE)
         for run_id in changed_runs:
             run = workflow.runs.get(run_id)
