@@ -209,7 +209,7 @@ def report(s: Stats, args: argparse.Namespace, startup: float, committed: bool) 
     def ms(phase: str) -> str:
         return " / ".join(f"{pct(s.spent.get(phase, []), p) * 1000:.1f}" for p in (50, 95, 99))
 
-    print(f"\nprocessor, mix {args.mix}, {args.shards} shards, max batch {args.max_batch}, Python "
+    print(f"\nprocessor, mix {args.mix}, codec {args.codec}, {args.shards} shards, max batch {args.max_batch}, Python "
           f"{platform.python_version()}{' (under cProfile)' if args.profile else ''}\n")
     rows = [
         ("commands/s (sustained)", f"{n / wall:,.0f}"),
@@ -246,11 +246,14 @@ def main() -> None:
     for flag, default in (("--shards", 4), ("--max-batch", ProcessorOptions.max_batch), ("--timeout", 600)):
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--profile", action="store_true", help="cProfile the processor thread")
+    parser.add_argument("--codec", choices=("compiled", "fastavro"), default="compiled",
+                        help="Avro through the compiled writers and readers (as shipped) or fastavro alone (before)")
     parser.add_argument("--quick", action="store_true", help="a small run")
     parser.add_argument("--json", action="store_true", help="end with one JSON line: {\"commands_per_s\": ...}")
     args = parser.parse_args()
     args.commands = args.commands or (2_000 if args.quick else 50_000)
     args.workflows = args.workflows or (100 if args.quick else 1_000)
+    codec.registry().fast_paths = args.codec == "compiled"
     with tempfile.TemporaryDirectory(prefix="ostinato-bench-") as tmp:
         broker = None if args.kafka else KafkaCluster(Path(tmp) / "kafka", nodes=1, port=None)
         try:

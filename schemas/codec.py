@@ -366,6 +366,7 @@ class SchemaRegistry:
         self._compiled: dict[str, Writer | None] = {}  # compiled on first use: start-up pays for none of them
         self._readers: dict[bytes, Reader | None] = {}  # by fingerprint: only for the current schemas
         self.crosscheck = False  # `crosscheck_from_environment`: tests write every record both ways
+        self.fast_paths = True  # False: fastavro alone, as before the compiled code (`bench/processor.py --codec`)
         for name, source in self._sources.items():
             if source["type"] != "record":
                 continue
@@ -419,7 +420,7 @@ class SchemaRegistry:
             writer = self._compiled[type_name]
         except KeyError:
             writer = self._compiled[type_name] = compile_writer(info.parsed, self._named)
-        if writer is not None:
+        if writer is not None and self.fast_paths:
             out_fast = bytearray(MAGIC)
             out_fast += info.fingerprint
             try:
@@ -465,7 +466,7 @@ class SchemaRegistry:
                 "schema not loaded from the schemas topic"
             )
         reader = self._by_name[writer.name]
-        if reader is writer:
+        if reader is writer and self.fast_paths:
             fingerprint = writer.fingerprint
             try:
                 fast = self._readers[fingerprint]
