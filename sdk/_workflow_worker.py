@@ -14,6 +14,8 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import WorkflowDefinition, definition_of
 from ostinato.sdk._instance import TaskOutcome, WorkflowInstance
 from ostinato.sdk.data import DataConverter
+from ostinato.sdk.interceptor import InterceptedCalls, Interceptor, workflow_interceptor_classes
+from ostinato.sdk.workflow import OUTBOUND_ROOT
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -22,7 +24,7 @@ log = logging.getLogger("ostinato.worker")
 
 class WorkflowTaskHandler:
     def __init__(self, workflows: Sequence[type], converter: DataConverter, *, max_cached: int = 1000,
-                 identity: str = "") -> None:
+                 identity: str = "", interceptors: Sequence[Interceptor] = ()) -> None:
         self.definitions: dict[str, WorkflowDefinition] = {}
         for workflow in workflows:
             definition = definition_of(workflow)
@@ -31,6 +33,7 @@ class WorkflowTaskHandler:
             self.definitions[definition.name] = definition
         self.converter = converter
         self.identity = identity
+        self.interceptors = list(interceptors)
         self.max_cached = max_cached
         self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self.replays = 0  # full-history replays (cache misses), for tests and metrics
@@ -90,9 +93,13 @@ class WorkflowTaskHandler:
             seen = task["previous_started_event_id"] - 1  # the previous task's SCHEDULED: what the copy has seen
             return cached, _through(full_history(), seen, first, task) + task["events"]
         self.replays += 1
+        return self.new_instance(definition, task), _through(full_history(), 0, first, task) + task["events"]
+
+    def new_instance(self, definition: WorkflowDefinition, task: Record) -> WorkflowInstance:
+        """A fresh instance of the task's run, calling its code through the worker's interceptors."""
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
-        return instance, _through(full_history(), 0, first, task) + task["events"]
+        return intercepted(instance, self.interceptors)
 
     def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:
         """Answer a QueryTask: (result payloads, None) or ([], failure record)."""
@@ -102,12 +109,11 @@ class WorkflowTaskHandler:
                 raise exc.QueryRejectedError(f"workflow type {task['workflow_type']!r} is not registered here")
             instance = self.cache.get(task["run_id"])
             if instance is None:
-                instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
-                                            self.converter)
+                instance = self.new_instance(definition, task)
                 outcome = instance.process(full_history(), None)
                 if outcome.failure is not None:
                     raise outcome.failure
-            return instance.query(task["query_type"], task["query_args"]), None
+            return instance.query(task["query_type"], task["query_args"], task.get("header") or {}), None
         except Exception as error:  # noqa: BLE001 - any failure is the query's answer, not the worker's problem
             return [], self.converter.encode_failure(error)
 
@@ -118,6 +124,14 @@ class WorkflowTaskHandler:
         return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
             "failure": self.converter.encode_failure(error), "build_id": "", "started_time_ms": started_time_ms(task)})
+
+
+def intercepted(instance: WorkflowInstance, interceptors: Sequence[Interceptor]) -> WorkflowInstance:
+    """`instance`, calling workflow code through the run's interceptor chain when the interceptors want one."""
+    classes = workflow_interceptor_classes(interceptors)
+    if classes:
+        instance.calls = InterceptedCalls(instance, classes, OUTBOUND_ROOT)
+    return instance
 
 
 class FailingRuns:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
 from typing import Any
 
+from ostinato.schemas.payloads import Payload
 from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
@@ -19,16 +20,30 @@ from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.interceptor import header_records
+from ostinato.sdk.replayer import WorkflowHistory
 
 __all__ = [
     "AsyncActivityCancelledError",
     "AsyncActivityHandle",
+    "CancelWorkflowInput",
     "Client",
+    "CountWorkflowsInput",
+    "DescribeWorkflowInput",
+    "Interceptor",
+    "ListWorkflowsInput",
+    "OutboundInterceptor",
+    "QueryWorkflowInput",
+    "SignalWorkflowInput",
+    "StartWorkflowInput",
+    "StartWorkflowUpdateInput",
+    "TerminateWorkflowInput",
     "WithStartWorkflowOperation",
     "WorkflowExecution",
     "WorkflowExecutionDescription",
     "WorkflowExecutionStatus",
     "WorkflowHandle",
+    "WorkflowHistory",
     "WorkflowService",
     "WorkflowUpdateFailedError",
     "WorkflowUpdateHandle",
@@ -127,22 +142,264 @@ class WorkflowExecutionDescription:
         return None if failure is None else {**failure, "cause": task.get("last_failure_cause", "")}
 
 
+class Interceptor:
+    """A client interceptor (Temporal's `client.Interceptor`): give it to `Client.connect(..., interceptors=[...])`.
+    An object that is also an `ostinato.worker.Interceptor` intercepts the workers built from the client too."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        """The client's calls, `next` wrapped (or `next` itself)."""
+        return next
+
+
+@dataclass
+class StartWorkflowInput:
+    """A start (`Client.start_workflow`): set `headers` to send context to the workflow's inbound interceptors."""
+
+    workflow: str
+    args: Sequence[Any]
+    id: str
+    task_queue: str
+    execution_timeout: timedelta | None
+    run_timeout: timedelta | None
+    task_timeout: timedelta | None
+    id_reuse_policy: WorkflowIDReusePolicy | str
+    id_conflict_policy: WorkflowIDConflictPolicy | str
+    retry_policy: RetryPolicy | None
+    memo: Mapping[str, Any] | None
+    search_attributes: Mapping[str, Any] | None
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+    request_id: str | None = None
+
+
+@dataclass
+class SignalWorkflowInput:
+    id: str
+    run_id: str | None
+    signal: str
+    args: Sequence[Any]
+    headers: Mapping[str, Payload]
+
+
+@dataclass
+class QueryWorkflowInput:
+    id: str
+    run_id: str | None
+    query: str
+    args: Sequence[Any]
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+    rpc_timeout: timedelta | None = None
+
+
+@dataclass
+class StartWorkflowUpdateInput:
+    id: str
+    run_id: str | None
+    first_execution_run_id: str | None
+    update_id: str | None
+    update: str
+    args: Sequence[Any]
+    wait_for_stage: WorkflowUpdateStage
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+    rpc_timeout: timedelta | None = None
+
+
+@dataclass
+class CancelWorkflowInput:
+    id: str
+    run_id: str | None
+    first_execution_run_id: str | None
+    reason: str = ""
+
+
+@dataclass
+class TerminateWorkflowInput:
+    id: str
+    run_id: str | None
+    first_execution_run_id: str | None
+    args: Sequence[Any]
+    reason: str | None
+
+
+@dataclass
+class DescribeWorkflowInput:
+    id: str
+    run_id: str | None
+
+
+@dataclass
+class ListWorkflowsInput:
+    query: str | None
+    page_size: int
+
+
+@dataclass
+class CountWorkflowsInput:
+    query: str | None
+
+
+class OutboundInterceptor:
+    """Wraps the client's calls (Temporal's `client.OutboundInterceptor`); subclass it and override what you need.
+    The end of the chain sends the call."""
+
+    def __init__(self, next: OutboundInterceptor) -> None:
+        self.next = next
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        return await self.next.start_workflow(input)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        await self.next.signal_workflow(input)
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        return await self.next.query_workflow(input)
+
+    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
+        return await self.next.start_workflow_update(input)
+
+    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
+        await self.next.cancel_workflow(input)
+
+    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
+        await self.next.terminate_workflow(input)
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
+        return await self.next.describe_workflow(input)
+
+    def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
+        return self.next.list_workflows(input)
+
+    async def count_workflows(self, input: CountWorkflowsInput) -> int:
+        return await self.next.count_workflows(input)
+
+
+class _ClientImpl(OutboundInterceptor):
+    """The end of a client's interceptor chain: the calls as commands and reads of its transport."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        client = self.client
+        body = _start_body(client.data_converter, input.workflow, input.args, task_queue=input.task_queue,
+                           execution_timeout=input.execution_timeout, run_timeout=input.run_timeout,
+                           task_timeout=input.task_timeout, id_reuse_policy=input.id_reuse_policy,
+                           id_conflict_policy=input.id_conflict_policy, retry_policy=input.retry_policy,
+                           memo=input.memo, search_attributes=input.search_attributes, headers=input.headers)
+        name_, record = await client.service.send(client.namespace, input.id, "",
+                                                  (command_type("StartWorkflowExecution"), body),
+                                                  input.request_id or uuid.uuid4().hex, client.identity)
+        if name_ == REJECTED:
+            if record["code"] == "ALREADY_STARTED":
+                raise exc.WorkflowAlreadyStartedError(input.id, input.workflow, str(record["existing_run_id"]))
+            raise exc.RPCError(record["message"], code=record["code"])
+        # An existing run (USE_EXISTING) may have continued from another: its chain's first run is not known here.
+        return WorkflowHandle(client, input.id, run_id=record["run_id"],
+                              first_execution_run_id=record["run_id"] if record["started"] else "",
+                              result_type=input.ret_type)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        await self._send(input.id, input.run_id, "SignalWorkflowExecution", {
+            "signal_name": input.signal, "input": self.client.data_converter.encode(list(input.args)),
+            "header": header_records(input.headers), "external": None})
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        client = self.client
+        converter = client.data_converter
+        reply_type, record = await client.service.query(
+            client.namespace, input.id, input.run_id or "", input.query, converter.encode(list(input.args)),
+            input.rpc_timeout or timedelta(seconds=10), header=header_records(input.headers))
+        if reply_type == REJECTED:
+            raise exc.QueryRejectedError(record["message"])
+        if record.get("failure"):
+            raise exc.QueryRejectedError(converter.decode_failure(record["failure"]).message)
+        return converter.decode_one(record["result"], input.ret_type)
+
+    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
+        client = self.client
+        update_id = input.update_id or str(uuid.uuid4())
+        reply_type, record = await client.service.send(
+            client.namespace, input.id, input.run_id or "", (command_type("UpdateWorkflowExecution"), {
+                "update_id": update_id, "name": input.update, "input": client.data_converter.encode(list(input.args)),
+                "header": header_records(input.headers),
+                "first_execution_run_id": input.first_execution_run_id or ""}),
+            uuid.uuid4().hex, client.identity)
+        if reply_type == REJECTED:
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+        handle = WorkflowUpdateHandle(client, update_id, input.update, input.id, workflow_run_id=record["run_id"],
+                                      result_type=input.ret_type)
+        await handle._wait(input.wait_for_stage, input.rpc_timeout)
+        return handle
+
+    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
+        await self._send(input.id, input.run_id, "RequestCancelWorkflowExecution", {
+            "reason": input.reason, "external": None, "first_execution_run_id": input.first_execution_run_id or ""})
+
+    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
+        await self._send(input.id, input.run_id, "TerminateWorkflowExecution", {
+            "reason": input.reason or "", "details": self.client.data_converter.encode(list(input.args)),
+            "first_execution_run_id": input.first_execution_run_id or ""})
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
+        client = self.client
+        state = await client.service.describe(client.namespace, input.id, input.run_id or "")
+        if state is None:
+            raise exc.RPCError(f"no workflow {input.id!r}", status=404, code="not_found")
+        return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
+                                            state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
+                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+
+    async def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
+        token = ""
+        while True:
+            rows, token = await self.client.service.list_page(self.client.namespace, input.query or "",
+                                                              input.page_size, token)
+            for row in rows:
+                yield WorkflowExecution.from_row(row)
+            if not token:
+                return
+
+    async def count_workflows(self, input: CountWorkflowsInput) -> int:
+        return int(await self.client.service.count(self.client.namespace, input.query or ""))
+
+    async def _send(self, workflow_id: str, run_id: str | None, name: str, body: Record) -> None:
+        client = self.client
+        reply_type, record = await client.service.send(client.namespace, workflow_id, run_id or "",
+                                                       (command_type(name), body), uuid.uuid4().hex, client.identity)
+        if reply_type == REJECTED:
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+
+
 class Client:
     def __init__(self, service: ClientTransport, *, namespace: str = "default",
-                 data_converter: DataConverter = DEFAULT, identity: str = "") -> None:
+                 data_converter: DataConverter = DEFAULT, identity: str = "",
+                 interceptors: Sequence[Interceptor] = ()) -> None:
         self.service = service
         self.namespace = namespace
         self.data_converter = data_converter
         self.identity = identity or f"client-{uuid.uuid4().hex[:8]}"
+        self.interceptors = list(interceptors)
+        impl: OutboundInterceptor = _ClientImpl(self)
+        for interceptor in reversed(self.interceptors):
+            impl = interceptor.intercept_client(impl)
+        self._impl = impl
 
     @classmethod
     async def connect(cls, target: str, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
-                      identity: str = "", api_key: str | None = None) -> Client:
-        """A client of the server at `target` (e.g. "http://127.0.0.1:7243"); `api_key` when the server has auth."""
+                      identity: str = "", api_key: str | None = None,
+                      interceptors: Sequence[Interceptor] = ()) -> Client:
+        """A client of the server at `target` (e.g. "http://127.0.0.1:7243"); `api_key` when the server has auth.
+        `interceptors` wrap the client's calls, the first outermost; those that are also `ostinato.worker`
+        interceptors apply to the workers built from this client too (Temporal's rule)."""
         from ostinato.sdk._http import HttpService
 
         service = await HttpService.connect(target, api_key=api_key)
-        return cls(service, namespace=namespace, data_converter=data_converter, identity=identity)
+        return cls(service, namespace=namespace, data_converter=data_converter, identity=identity,
+                   interceptors=interceptors)
 
     async def close(self) -> None:
         """Release the connections of the client's transport. Optional, as with Temporal's client (which has no
@@ -172,21 +429,10 @@ class Client:
         `id_reuse_policy` and `id_conflict_policy` take the `ostinato.common` enums (or their names); left
         unspecified, the engine allows reusing a closed run's id and fails a start while a run is open."""
         name, hint = _workflow_name(workflow)
-        body = _start_body(self.data_converter, name, defs.call_arguments(args_, args), task_queue=task_queue,
-                           execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
-                           id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
-                           retry_policy=retry_policy, memo=memo, search_attributes=search_attributes)
-        reply = await self.service.send(self.namespace, id, "", (command_type("StartWorkflowExecution"), body),
-                                        request_id or uuid.uuid4().hex, self.identity)
-        name_, record = reply
-        if name_ == REJECTED:
-            if record["code"] == "ALREADY_STARTED":
-                raise exc.WorkflowAlreadyStartedError(id, name, str(record["existing_run_id"]))
-            raise exc.RPCError(record["message"], code=record["code"])
-        # An existing run (USE_EXISTING) may have continued from another: its chain's first run is not known here.
-        return WorkflowHandle(self, id, run_id=record["run_id"],
-                              first_execution_run_id=record["run_id"] if record["started"] else "",
-                              result_type=result_type or hint)
+        return await self._impl.start_workflow(StartWorkflowInput(
+            name, defs.call_arguments(args_, args), id, task_queue, execution_timeout, run_timeout, task_timeout,
+            id_reuse_policy, id_conflict_policy, retry_policy, memo, search_attributes, {},
+            ret_type=result_type or hint, request_id=request_id))
 
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, **options: Any) -> Any:
         """Start a workflow and wait for its result."""
@@ -254,19 +500,13 @@ class Client:
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
 
-    async def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
+    def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
         """Runs matching a visibility query (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`), page by
         page. Visibility trails the engine by a moment: a run just started may not be listed yet."""
-        token = ""
-        while True:
-            rows, token = await self.service.list_page(self.namespace, query, page_size, token)
-            for row in rows:
-                yield WorkflowExecution.from_row(row)
-            if not token:
-                return
+        return self._impl.list_workflows(ListWorkflowsInput(query, page_size))
 
     async def count_workflows(self, query: str = "") -> int:
-        return int(await self.service.count(self.namespace, query))
+        return await self._impl.count_workflows(CountWorkflowsInput(query))
 
 
 class WorkflowHandle:
@@ -308,38 +548,24 @@ class WorkflowHandle:
 
     async def signal(self, signal: str | Callable[..., Any], *args: Any) -> None:
         name = signal if isinstance(signal, str) else getattr(signal, defs.SIGNAL_ATTR, signal.__name__)
-        await self._send("SignalWorkflowExecution", {
-            "signal_name": name, "input": self.client.data_converter.encode(args), "header": {}, "external": None})
+        await self.client._impl.signal_workflow(SignalWorkflowInput(self.id, self.run_id, name, args, {}))
 
     async def query(self, query: str | Callable[..., Any], *args: Any, result_type: Any = None,
                     timeout: timedelta = timedelta(seconds=10)) -> Any:
         name = query if isinstance(query, str) else getattr(query, defs.QUERY_ATTR, query.__name__)
         if result_type is None and not isinstance(query, str):
             result_type = defs._hints(query).get("return")
-        converter = self.client.data_converter
-        reply_type, record = await self.client.service.query(
-            self.client.namespace, self.id, self.run_id, name, converter.encode(args), timeout)
-        if reply_type == REJECTED:
-            raise exc.QueryRejectedError(record["message"])
-        if record.get("failure"):
-            raise exc.QueryRejectedError(converter.decode_failure(record["failure"]).message)
-        return converter.decode_one(record["result"], result_type)
+        return await self.client._impl.query_workflow(QueryWorkflowInput(
+            self.id, self.run_id, name, args, {}, ret_type=result_type, rpc_timeout=timeout))
 
     async def cancel(self, reason: str = "") -> None:
-        await self._send("RequestCancelWorkflowExecution", {"reason": reason, "external": None,
-                                                            "first_execution_run_id": ""})
+        await self.client._impl.cancel_workflow(CancelWorkflowInput(self.id, self.run_id, "", reason))
 
     async def terminate(self, reason: str = "") -> None:
-        await self._send("TerminateWorkflowExecution", {"reason": reason, "details": [],
-                                                        "first_execution_run_id": ""})
+        await self.client._impl.terminate_workflow(TerminateWorkflowInput(self.id, self.run_id, "", [], reason))
 
     async def describe(self) -> WorkflowExecutionDescription:
-        state = await self.client.service.describe(self.client.namespace, self.id, self.run_id)
-        if state is None:
-            raise exc.RPCError(f"no workflow {self.id!r}", status=404, code="not_found")
-        return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
-                                            state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
-                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+        return await self.client._impl.describe_workflow(DescribeWorkflowInput(self.id, self.run_id))
 
     async def redrive(self, reason: str = "") -> list[Record]:
         """Have the engine decide this run's quarantined commands again (see `describe().quarantined`), after an
@@ -357,8 +583,11 @@ class WorkflowHandle:
         outcomes: list[Record] = record["outcomes"]
         return outcomes
 
-    async def fetch_history(self) -> list[Record]:
-        return await self.client.service.history(self.client.namespace, self.id, self.run_id)
+    async def fetch_history(self) -> WorkflowHistory:
+        """The run's history (a `WorkflowHistory`: the list of its events, with workflow and run ids), for
+        `Replayer.replay_workflow` or a look at what happened."""
+        events = await self.client.service.history(self.client.namespace, self.id, self.run_id)
+        return WorkflowHistory(self.id, events, self.run_id)
 
     async def fetch_history_events(self) -> AsyncIterator[Record]:
         """The run's history events one by one (Temporal's name; the page size is the transport's)."""
@@ -379,19 +608,9 @@ class WorkflowHandle:
         if wait_for_stage == WorkflowUpdateStage.ADMITTED:
             raise ValueError("wait_for_stage ADMITTED is not supported (as in Temporal): use ACCEPTED or COMPLETED")
         name, update_args, hint = _update_call(update, arg, args)
-        update_id = id or str(uuid.uuid4())
-        reply_type, record = await self.client.service.send(
-            self.client.namespace, self.id, self.run_id, (command_type("UpdateWorkflowExecution"), {
-                "update_id": update_id, "name": name, "input": self.client.data_converter.encode(update_args),
-                "header": {}, "first_execution_run_id": self.first_execution_run_id}),
-            uuid.uuid4().hex, self.client.identity)
-        if reply_type == REJECTED:
-            raise exc.RPCError(record["message"], code=record["code"],
-                               status=404 if record["code"] == "NOT_FOUND" else 400)
-        handle = WorkflowUpdateHandle(self.client, update_id, name, self.id, workflow_run_id=record["run_id"],
-                                      result_type=result_type or hint)
-        await handle._wait(wait_for_stage, rpc_timeout)
-        return handle
+        return await self.client._impl.start_workflow_update(StartWorkflowUpdateInput(
+            self.id, self.run_id, self.first_execution_run_id, id or str(uuid.uuid4()), name, update_args,
+            wait_for_stage, {}, ret_type=result_type or hint, rpc_timeout=rpc_timeout))
 
     async def execute_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
                              args: Sequence[Any] | None = None, id: str | None = None,
@@ -415,14 +634,6 @@ class WorkflowHandle:
         handle = self.get_update_handle(id, workflow_run_id=workflow_run_id, result_type=hint)
         handle.name = name
         return handle
-
-    async def _send(self, name: str, body: Record) -> None:
-        reply_type, record = await self.client.service.send(self.client.namespace, self.id, self.run_id,
-                                                            (command_type(name), body), uuid.uuid4().hex,
-                                                            self.client.identity)
-        if reply_type == REJECTED:
-            raise exc.RPCError(record["message"], code=record["code"],
-                               status=404 if record["code"] == "NOT_FOUND" else 400)
 
 
 class AsyncActivityCancelledError(exc.OstinatoError):
@@ -624,8 +835,8 @@ def _update_call(update: str | Callable[..., Any], arg: Any, args: Sequence[Any]
 def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *, task_queue: str,
                 execution_timeout: timedelta | None, run_timeout: timedelta | None, task_timeout: timedelta | None,
                 id_reuse_policy: WorkflowIDReusePolicy | str, id_conflict_policy: WorkflowIDConflictPolicy | str,
-                retry_policy: RetryPolicy | None, memo: dict[str, Any] | None,
-                search_attributes: dict[str, Any] | None) -> Record:
+                retry_policy: RetryPolicy | None, memo: Mapping[str, Any] | None,
+                search_attributes: Mapping[str, Any] | None, headers: Mapping[str, Payload] | None = None) -> Record:
     return {
         "workflow_type": name, "task_queue": task_queue, "input": converter.encode(list(arguments)),
         "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
@@ -634,7 +845,7 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
         "retry_policy": None if retry_policy is None else retry_policy.to_record(),
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
         "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
-        "header": {}, "parent": None,
+        "header": header_records(headers or {}), "parent": None,
     }
 
 

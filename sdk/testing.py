@@ -14,7 +14,7 @@ import contextvars
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,9 +63,9 @@ class EngineService(ClientTransport):
         return result
 
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
-                    timeout: timedelta) -> Body:
+                    timeout: timedelta, *, header: Mapping[str, Record] | None = None) -> Body:
         request_id = self.engine.query(namespace, workflow_id, query_type, args, run_id=run_id,
-                                       timeout_ms=int(timeout.total_seconds() * 1000))
+                                       timeout_ms=int(timeout.total_seconds() * 1000), header=header)
         deadline = time.monotonic() + timeout.total_seconds()
         while time.monotonic() < deadline:
             reply = self.engine.reply(request_id)

@@ -17,9 +17,13 @@ from typing import Any
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
 from ostinato.sdk.activity_executor import ActivityExecutor
 from ostinato.sdk.client import Client
-from ostinato.sdk.replayer import Replayer
+from ostinato.sdk.interceptor import *  # noqa: F403 - Temporal exports the interceptor classes from `worker`
+from ostinato.sdk.interceptor import Interceptor
+from ostinato.sdk.interceptor import __all__ as _interceptor_names
+from ostinato.sdk.replayer import Replayer, WorkflowHistory, WorkflowReplayResult, WorkflowReplayResults
 
-__all__ = ["Replayer", "Worker"]
+__all__ = ["Replayer", "Worker", "WorkflowHistory", "WorkflowReplayResult", "WorkflowReplayResults",
+           *_interceptor_names]
 log = logging.getLogger("ostinato.worker")
 
 
@@ -38,12 +42,14 @@ class Worker:
             `ssl.*`), over those of the environment (`OSTINATO_KAFKA_CONFIG`, `OSTINATO_KAFKA_<PROPERTY>`); e.g.
             `{"security.protocol": "SASL_SSL", "sasl.username": "orders-worker", "sasl.password": ...}`. The server
             never hands out credentials: each worker brings its own (docs/security.md).
+        interceptors: worker interceptors (`ostinato.worker.Interceptor`), after those of the client that are worker
+            interceptors too, as in Temporal; the first is outermost.
     """
 
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
                  activities: Sequence[Callable[..., Any]] = (), max_cached_workflows: int = 1000,
                  max_concurrent_activities: int = 100, identity: str = "",
-                 kafka_config: Mapping[str, str] | None = None) -> None:
+                 kafka_config: Mapping[str, str] | None = None, interceptors: Sequence[Interceptor] = ()) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
         self.client = client
@@ -51,10 +57,13 @@ class Worker:
         self.identity = identity or f"{socket.gethostname()}@{os.getpid()}"
         self.max_concurrent_activities = max_concurrent_activities
         self.kafka_config = dict(kafka_config or {})
+        self.interceptors = [i for i in client.interceptors if isinstance(i, Interceptor)] + list(interceptors)
         self.workflow_handler = WorkflowTaskHandler(workflows, client.data_converter, max_cached=max_cached_workflows,
-                                                    identity=self.identity) if workflows else None
+                                                    identity=self.identity,
+                                                    interceptors=self.interceptors) if workflows else None
         self.activity_executor = ActivityExecutor(
-            activities, client.data_converter, identity=self.identity, client=client) if activities else None
+            activities, client.data_converter, identity=self.identity, client=client,
+            interceptors=self.interceptors) if activities else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
