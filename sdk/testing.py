@@ -23,6 +23,7 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, ServedWorker, WorkerTransport
 from ostinato.sdk.activity import ActivityContext, ActivityInfo, set_context
 from ostinato.sdk.client import Client
+from ostinato.sdk.client import Interceptor as ClientInterceptor
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.streams.clock import FakeClock
 from ostinato.streams.engine import InMemoryEngine
@@ -188,11 +189,15 @@ class WorkflowEnvironment:
 
     @classmethod
     async def start_time_skipping(cls, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
-                                  shards: int = 1, start_time: datetime | None = None) -> WorkflowEnvironment:
+                                  shards: int = 1, start_time: datetime | None = None,
+                                  interceptors: Sequence[ClientInterceptor] = ()) -> WorkflowEnvironment:
+        """`interceptors` are the client's (`Client.connect(interceptors=...)`): workers built from `env.client`
+        use those that are worker interceptors too."""
         clock = FakeClock() if start_time is None else FakeClock(int(start_time.timestamp() * 1000))
         engine = InMemoryEngine(shards=shards, clock=clock)
         service = EngineService(engine)
-        return cls(engine, service, Client(service, namespace=namespace, data_converter=data_converter))
+        return cls(engine, service, Client(service, namespace=namespace, data_converter=data_converter,
+                                           interceptors=interceptors))
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.engine.clock.now_ms / 1000, UTC)
