@@ -396,7 +396,12 @@ class InterceptedCalls(runtime.Calls):
                      header: Mapping[str, Record]) -> Any:
         input = HandleQueryInput("", name, args, headers_of(header))
         self.root.calls[id(input)] = call
-        coro = self.inbound.handle_query(input)
+        # In a context of its own: what the interceptors set there stays with this query.
+        return contextvars.copy_context().run(self._answer, name, self.inbound.handle_query(input))
+
+    @staticmethod
+    def _answer(name: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run the query's coroutine, which may not wait: it has no event loop to wait on."""
         try:
             coro.send(None)
         except StopIteration as done:
@@ -409,7 +414,7 @@ class InterceptedCalls(runtime.Calls):
                         header: Mapping[str, Record]) -> None:
         input = HandleUpdateInput(update_id, name, args, headers_of(header))
         self.root.calls[id(input)] = check
-        self.inbound.handle_update_validator(input)
+        contextvars.copy_context().run(self.inbound.handle_update_validator, input)
 
     async def handle_update(self, update_id: str, name: str, call: Callable[..., Any], args: list[Any],
                             header: Mapping[str, Record]) -> Any:
