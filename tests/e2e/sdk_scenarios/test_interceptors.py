@@ -35,6 +35,7 @@ from ostinato.worker import (
     HandleSignalInput,
     HandleUpdateInput,
     Interceptor,
+    SignalExternalWorkflowInput,
     StartActivityInput,
     StartChildWorkflowInput,
     Worker,
@@ -80,6 +81,10 @@ class _ClientTracing(OutboundInterceptor):
 
 
 class _WorkflowOutTracing(WorkflowOutboundInterceptor):
+    async def signal_external_workflow(self, input: SignalExternalWorkflowInput) -> None:
+        input.headers = _with_trace(input.headers)
+        await super().signal_external_workflow(input)
+
     def start_activity(self, input: StartActivityInput) -> Any:
         input.headers = _with_trace(input.headers)
         return super().start_activity(input)
@@ -164,9 +169,10 @@ def traced_in_thread() -> str:
 @workflow.defn
 class TracedChild:
     @workflow.run
-    async def run(self, generation: int) -> list[str]:
+    async def run(self, generation: int, parent_id: str) -> list[str]:
         if generation == 0:
-            workflow.continue_as_new(1)
+            workflow.continue_as_new(1, parent_id)
+        await workflow.get_external_workflow_handle(parent_id).signal(Traced.from_child)
         return [TRACE.get(), await workflow.execute_activity(traced, start_to_close_timeout=TIMEOUT)]
 
 
@@ -175,15 +181,22 @@ class Traced:
     def __init__(self) -> None:
         self.signal_trace = "unset"
         self.update_trace = "unset"
+        self.child_signal_trace = "unset"
 
     @workflow.run
     async def run(self) -> list[str]:
         mine = TRACE.get()
         in_activity = await workflow.execute_activity(traced, start_to_close_timeout=TIMEOUT)
         in_thread = await workflow.execute_activity(traced_in_thread, start_to_close_timeout=TIMEOUT)
-        child = await workflow.execute_child_workflow(TracedChild.run, 0, id=f"{workflow.info().workflow_id}-child")
-        await workflow.wait_condition(lambda: self.signal_trace != "unset" and self.update_trace != "unset")
-        return [mine, in_activity, in_thread, *child, self.signal_trace, self.update_trace]
+        parent_id = workflow.info().workflow_id
+        child = await workflow.execute_child_workflow(TracedChild.run, args=[0, parent_id], id=f"{parent_id}-child")
+        await workflow.wait_condition(lambda: "unset" not in (self.signal_trace, self.update_trace,
+                                                              self.child_signal_trace))
+        return [mine, in_activity, in_thread, *child, self.child_signal_trace, self.signal_trace, self.update_trace]
+
+    @workflow.signal
+    def from_child(self) -> None:
+        self.child_signal_trace = TRACE.get()
 
     @workflow.signal
     def finish(self) -> None:
@@ -224,8 +237,9 @@ async def test_a_trace_id_travels_client_workflow_activity_child(env: ScenarioEn
     async with _worker(client, env):
         # A task of its own, started after the workers: they do not inherit the trace id from the test's context.
         result = await asyncio.create_task(_traced_calls(client, env))
-    # run, async activity, activity in a thread, child (after its continue-as-new) and its activity, signal, update
-    assert result == ["trace-7"] * 7
+    # run, async activity, activity in a thread, child (after its continue-as-new) and its activity, the child's signal
+    # to its parent, the client's signal, update
+    assert result == ["trace-7"] * 8
     assert ("query status", "trace-7") in SEEN
     assert ("validator mark", "trace-7") in SEEN
     assert ("activity.info", "trace-7") in SEEN and ("activity.heartbeat", "trace-7") in SEEN
@@ -236,4 +250,4 @@ async def test_workers_without_the_interceptor_see_no_trace(env: ScenarioEnv) ->
     client = Client(env.client.service, namespace=env.client.namespace)
     async with _worker(client, env):
         result = await asyncio.create_task(_traced_calls(client, env))
-    assert result == [""] * 7
+    assert result == [""] * 8
