@@ -30,6 +30,7 @@ __all__ = [
     "Client",
     "CountWorkflowsInput",
     "DescribeWorkflowInput",
+    "FetchWorkflowHistoryEventsInput",
     "Interceptor",
     "ListWorkflowsInput",
     "OutboundInterceptor",
@@ -230,6 +231,12 @@ class DescribeWorkflowInput:
 
 
 @dataclass
+class FetchWorkflowHistoryEventsInput:
+    id: str
+    run_id: str | None
+
+
+@dataclass
 class ListWorkflowsInput:
     query: str | None
     page_size: int
@@ -267,6 +274,9 @@ class OutboundInterceptor:
 
     async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
         return await self.next.describe_workflow(input)
+
+    def fetch_workflow_history_events(self, input: FetchWorkflowHistoryEventsInput) -> AsyncIterator[Record]:
+        return self.next.fetch_workflow_history_events(input)
 
     def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
         return self.next.list_workflows(input)
@@ -351,6 +361,10 @@ class _ClientImpl(OutboundInterceptor):
         return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
                                             state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
                                             state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+
+    async def fetch_workflow_history_events(self, input: FetchWorkflowHistoryEventsInput) -> AsyncIterator[Record]:
+        for event in await self.client.service.history(self.client.namespace, input.id, input.run_id or ""):
+            yield event
 
     async def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
         token = ""
@@ -586,12 +600,12 @@ class WorkflowHandle:
     async def fetch_history(self) -> WorkflowHistory:
         """The run's history (a `WorkflowHistory`: the list of its events, with workflow and run ids), for
         `Replayer.replay_workflow` or a look at what happened."""
-        events = await self.client.service.history(self.client.namespace, self.id, self.run_id)
-        return WorkflowHistory(self.id, events, self.run_id)
+        return WorkflowHistory(self.id, [event async for event in self.fetch_history_events()], self.run_id)
 
     async def fetch_history_events(self) -> AsyncIterator[Record]:
         """The run's history events one by one (Temporal's name; the page size is the transport's)."""
-        for event in await self.fetch_history():
+        async for event in self.client._impl.fetch_workflow_history_events(
+                FetchWorkflowHistoryEventsInput(self.id, self.run_id)):
             yield event
 
     @property

@@ -16,6 +16,7 @@ from ostinato.client import (
     CancelWorkflowInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
+    FetchWorkflowHistoryEventsInput,
     Interceptor,
     ListWorkflowsInput,
     OutboundInterceptor,
@@ -71,6 +72,10 @@ class Recording(Interceptor):
             async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
                 CALLS.append(f"{name} terminate {input.reason}")
                 await super().terminate_workflow(input)
+
+            def fetch_workflow_history_events(self, input: FetchWorkflowHistoryEventsInput) -> Any:
+                CALLS.append(f"{name} history {input.id}")
+                return super().fetch_workflow_history_events(input)
 
             def list_workflows(self, input: ListWorkflowsInput) -> Any:
                 CALLS.append(f"{name} list")
@@ -146,6 +151,7 @@ async def test_every_client_call_goes_through_the_chain_first_interceptor_outerm
         await handle.describe()
         await handle.signal(Waiting.release)
         assert await handle.result() == "done"
+        assert (await handle.fetch_history())[-1]["event_type"] == "WORKFLOW_EXECUTION_COMPLETED"
         second = await env.client.start_workflow(Waiting.run, id="w-2", task_queue=Q)
         await second.cancel("enough")
         third = await env.client.start_workflow(Waiting.run, id="w-3", task_queue=Q)
@@ -154,7 +160,7 @@ async def test_every_client_call_goes_through_the_chain_first_interceptor_outerm
             with contextlib.suppress(WorkflowFailureError):
                 await stopped.result()
     assert CALLS[:2] == ["outer start Waiting w-1", "inner start Waiting w-1"]
-    for call in ("describe w-1", "signal release", "cancel enough", "terminate stop"):
+    for call in ("describe w-1", "signal release", "history w-1", "cancel enough", "terminate stop"):
         assert [c for c in CALLS if c.endswith(call)] == [f"outer {call}", f"inner {call}"]
     # Neither is a worker interceptor: the workers built from the client have none.
     assert not [c for c in CALLS if " execute " in c or " activity " in c]
