@@ -38,7 +38,10 @@ __all__ = [
     "SignalWorkflowInput",
     "StartWorkflowInput",
     "StartWorkflowUpdateInput",
+    "StartWorkflowUpdateWithStartInput",
     "TerminateWorkflowInput",
+    "UpdateWithStartStartWorkflowInput",
+    "UpdateWithStartUpdateWorkflowInput",
     "WithStartWorkflowOperation",
     "WorkflowExecution",
     "WorkflowExecutionDescription",
@@ -208,6 +211,31 @@ class StartWorkflowUpdateInput:
 
 
 @dataclass
+class UpdateWithStartStartWorkflowInput(StartWorkflowInput):
+    """The start half of an update-with-start (`WithStartWorkflowOperation`), as the interceptors see it."""
+
+
+@dataclass
+class UpdateWithStartUpdateWorkflowInput:
+    update_id: str | None
+    update: str
+    args: Sequence[Any]
+    wait_for_stage: WorkflowUpdateStage
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+
+
+@dataclass
+class StartWorkflowUpdateWithStartInput:
+    """An update-with-start: both halves' `headers` travel (to `execute_workflow` and the update's handlers)."""
+
+    start_workflow_input: UpdateWithStartStartWorkflowInput
+    update_workflow_input: UpdateWithStartUpdateWorkflowInput
+    _on_start: Callable[[WorkflowHandle], None]
+    _on_start_error: Callable[[BaseException], None]
+
+
+@dataclass
 class CancelWorkflowInput:
     id: str
     run_id: str | None
@@ -266,6 +294,10 @@ class OutboundInterceptor:
     async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
         return await self.next.start_workflow_update(input)
 
+    async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput,
+                                               ) -> WorkflowUpdateHandle:
+        return await self.next.start_update_with_start_workflow(input)
+
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         await self.next.cancel_workflow(input)
 
@@ -293,11 +325,7 @@ class _ClientImpl(OutboundInterceptor):
 
     async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
         client = self.client
-        body = _start_body(client.data_converter, input.workflow, input.args, task_queue=input.task_queue,
-                           execution_timeout=input.execution_timeout, run_timeout=input.run_timeout,
-                           task_timeout=input.task_timeout, id_reuse_policy=input.id_reuse_policy,
-                           id_conflict_policy=input.id_conflict_policy, retry_policy=input.retry_policy,
-                           memo=input.memo, search_attributes=input.search_attributes, headers=input.headers)
+        body = _start_input_body(client.data_converter, input)
         name_, record = await client.service.send(client.namespace, input.id, "",
                                                   (command_type("StartWorkflowExecution"), body),
                                                   input.request_id or uuid.uuid4().hex, client.identity)
@@ -342,6 +370,34 @@ class _ClientImpl(OutboundInterceptor):
         handle = WorkflowUpdateHandle(client, update_id, input.update, input.id, workflow_run_id=record["run_id"],
                                       result_type=input.ret_type)
         await handle._wait(input.wait_for_stage, input.rpc_timeout)
+        return handle
+
+    async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput,
+                                               ) -> WorkflowUpdateHandle:
+        client, start, update = self.client, input.start_workflow_input, input.update_workflow_input
+        update_id = update.update_id or str(uuid.uuid4())
+        body = {"start": _start_input_body(client.data_converter, start), "update": {
+            "update_id": update_id, "name": update.update, "input": client.data_converter.encode(list(update.args)),
+            "header": header_records(update.headers), "first_execution_run_id": ""}}
+        try:
+            reply_type, record = await client.service.send(
+                client.namespace, start.id, "", (command_type("UpdateWithStartWorkflowExecution"), body),
+                start.request_id or uuid.uuid4().hex, client.identity)
+        except BaseException as error:
+            input._on_start_error(error)
+            raise
+        if reply_type == REJECTED:
+            refused: exc.OstinatoError = exc.WorkflowAlreadyStartedError(
+                start.id, start.workflow, str(record["existing_run_id"])) if record["code"] == "ALREADY_STARTED" \
+                else exc.RPCError(record["message"], code=record["code"])
+            input._on_start_error(refused)
+            raise refused
+        input._on_start(WorkflowHandle(client, start.id, run_id=record["run_id"],
+                                       first_execution_run_id=record["run_id"] if record["started"] else "",
+                                       result_type=start.ret_type))
+        handle = WorkflowUpdateHandle(client, update_id, update.update, start.id, workflow_run_id=record["run_id"],
+                                      result_type=update.ret_type)
+        await handle._wait(update.wait_for_stage)
         return handle
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
@@ -462,31 +518,10 @@ class Client:
         then gives the run."""
         op = start_workflow_operation
         name, update_args, hint = _update_call(update, arg, args)
-        update_id = id or str(uuid.uuid4())
-        body = {"start": op.body(self.data_converter), "update": {
-            "update_id": update_id, "name": name, "input": self.data_converter.encode(update_args), "header": {},
-            "first_execution_run_id": ""}}
-        try:
-            reply_type, record = await self.service.send(
-                self.namespace, op.id, "", (command_type("UpdateWithStartWorkflowExecution"), body),
-                op.request_id or uuid.uuid4().hex, self.identity)
-        except BaseException as error:
-            op._set_failed(error)
-            raise
-        if reply_type == REJECTED:
-            refused: exc.OstinatoError = exc.WorkflowAlreadyStartedError(
-                op.id, op.workflow_name, str(record["existing_run_id"])) if record["code"] == "ALREADY_STARTED" \
-                else exc.RPCError(record["message"], code=record["code"])
-            op._set_failed(refused)
-            raise refused
-        workflow = WorkflowHandle(self, op.id, run_id=record["run_id"],
-                                  first_execution_run_id=record["run_id"] if record["started"] else "",
-                                  result_type=op.result_type)
-        op._set_handle(workflow)
-        handle = WorkflowUpdateHandle(self, update_id, name, op.id, workflow_run_id=record["run_id"],
-                                      result_type=result_type or hint)
-        await handle._wait(wait_for_stage)
-        return handle
+        return await self._impl.start_update_with_start_workflow(StartWorkflowUpdateWithStartInput(
+            op.start_input(),
+            UpdateWithStartUpdateWorkflowInput(id, name, update_args, wait_for_stage, {}, ret_type=result_type or hint),
+            op._set_handle, op._set_failed))
 
     async def execute_update_with_start_workflow(
             self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *, start_workflow_operation:
@@ -811,7 +846,15 @@ class WithStartWorkflowOperation:
         self._handle: asyncio.Future[WorkflowHandle] | None = None
 
     def body(self, converter: DataConverter) -> Record:
-        return _start_body(converter, self.workflow_name, self._arguments, **self._options)
+        return _start_input_body(converter, self.start_input())
+
+    def start_input(self) -> UpdateWithStartStartWorkflowInput:
+        """The start as the client's interceptors see it (`start_workflow_input` of the update-with-start)."""
+        o = self._options
+        return UpdateWithStartStartWorkflowInput(
+            self.workflow_name, self._arguments, self.id, o["task_queue"], o["execution_timeout"], o["run_timeout"],
+            o["task_timeout"], o["id_reuse_policy"], o["id_conflict_policy"], o["retry_policy"], o["memo"],
+            o["search_attributes"], {}, ret_type=self.result_type, request_id=self.request_id)
 
     def _future(self) -> asyncio.Future[WorkflowHandle]:
         if self._handle is None:
@@ -861,6 +904,14 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
         "search_attributes": {k: converter.encode([v])[0] for k, v in (search_attributes or {}).items()},
         "header": header_records(headers or {}), "parent": None,
     }
+
+
+def _start_input_body(converter: DataConverter, input: StartWorkflowInput) -> Record:
+    return _start_body(converter, input.workflow, input.args, task_queue=input.task_queue,
+                       execution_timeout=input.execution_timeout, run_timeout=input.run_timeout,
+                       task_timeout=input.task_timeout, id_reuse_policy=input.id_reuse_policy,
+                       id_conflict_policy=input.id_conflict_policy, retry_policy=input.retry_policy,
+                       memo=input.memo, search_attributes=input.search_attributes, headers=input.headers)
 
 
 def _workflow_name(workflow: type | Callable[..., Any] | str) -> tuple[str, Any]:

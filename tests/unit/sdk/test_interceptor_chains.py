@@ -22,10 +22,15 @@ from ostinato.client import (
     OutboundInterceptor,
     SignalWorkflowInput,
     StartWorkflowInput,
+    StartWorkflowUpdateWithStartInput,
     TerminateWorkflowInput,
+    WithStartWorkflowOperation,
     WorkflowExecutionDescription,
     WorkflowHandle,
+    WorkflowUpdateHandle,
 )
+from ostinato.common import WorkflowIDConflictPolicy
+from ostinato.converter import DefaultPayloadConverter
 from ostinato.exceptions import RPCError, WorkflowFailureError
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import (
@@ -33,6 +38,7 @@ from ostinato.worker import (
     ExecuteActivityInput,
     ExecuteWorkflowInput,
     HandleQueryInput,
+    HandleUpdateInput,
     Worker,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
@@ -42,6 +48,7 @@ from tests.unit.sdk.support import run_async
 
 Q = "chains"
 CALLS: list[str] = []
+CONVERTER = DefaultPayloadConverter()
 LEAK: contextvars.ContextVar[str] = contextvars.ContextVar("leak", default="")
 
 
@@ -193,3 +200,63 @@ async def test_a_worker_runs_the_clients_worker_interceptors_then_its_own() -> N
     assert [c for c in CALLS if " execute " in c] == ["client execute Waiting", "worker execute Waiting"]
     assert [c for c in CALLS if " activity " in c] == ["client activity noop", "worker activity noop"]
     assert LEAK.get() == ""
+
+
+def _half(headers: Any) -> Any:
+    return None if "half" not in headers else CONVERTER.from_payload(headers["half"])
+
+
+class _UpdateWithStartHeaders(Interceptor, WorkerInterceptor):
+    """Puts a header on each half of an update-with-start; the worker side records what arrives where."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        class Outbound(OutboundInterceptor):
+            async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput,
+                                                       ) -> WorkflowUpdateHandle:
+                input.start_workflow_input.headers = {"half": CONVERTER.to_payload("start")}
+                input.update_workflow_input.headers = {"half": CONVERTER.to_payload("update")}
+                return await super().start_update_with_start_workflow(input)
+
+        return Outbound(next)
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput,
+                                   ) -> type[WorkflowInboundInterceptor] | None:
+        class Inbound(WorkflowInboundInterceptor):
+            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+                CALLS.append(f"execute {_half(input.headers)}")
+                return await super().execute_workflow(input)
+
+            async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+                CALLS.append(f"update {input.update} {_half(input.headers)}")
+                return await super().handle_update_handler(input)
+
+        return Inbound
+
+
+@workflow.defn
+class Cart:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: len(self.items) >= 1)
+        return self.items
+
+    @workflow.update
+    def add(self, item: str) -> int:
+        self.items.append(item)
+        return len(self.items)
+
+
+@run_async
+async def test_update_with_start_goes_through_the_chain_with_both_halves_headers() -> None:
+    CALLS.clear()
+    env = await WorkflowEnvironment.start_time_skipping(interceptors=[_UpdateWithStartHeaders()])
+    async with env, Worker(env.client, task_queue=Q, workflows=[Cart]):
+        start = WithStartWorkflowOperation(Cart.run, id="cart-1", task_queue=Q,
+                                           id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        assert await env.client.execute_update_with_start_workflow(Cart.add, "apple",
+                                                                   start_workflow_operation=start) == 1
+        assert await (await start.workflow_handle()).result() == ["apple"]
+    assert sorted(CALLS) == ["execute start", "update add update"]
