@@ -26,15 +26,20 @@ from ostinato.sdk.replayer import WorkflowHistory
 __all__ = [
     "AsyncActivityCancelledError",
     "AsyncActivityHandle",
+    "AsyncActivityIDReference",
     "CancelWorkflowInput",
     "Client",
+    "CompleteAsyncActivityInput",
     "CountWorkflowsInput",
     "DescribeWorkflowInput",
+    "FailAsyncActivityInput",
     "FetchWorkflowHistoryEventsInput",
+    "HeartbeatAsyncActivityInput",
     "Interceptor",
     "ListWorkflowsInput",
     "OutboundInterceptor",
     "QueryWorkflowInput",
+    "ReportCancellationAsyncActivityInput",
     "SignalWorkflowInput",
     "StartWorkflowInput",
     "StartWorkflowUpdateInput",
@@ -236,6 +241,31 @@ class StartWorkflowUpdateWithStartInput:
 
 
 @dataclass
+class HeartbeatAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    details: Sequence[Any]
+
+
+@dataclass
+class CompleteAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    result: Any
+
+
+@dataclass
+class FailAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    error: Exception
+    last_heartbeat_details: Sequence[Any]
+
+
+@dataclass
+class ReportCancellationAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    details: Sequence[Any]
+
+
+@dataclass
 class CancelWorkflowInput:
     id: str
     run_id: str | None
@@ -315,6 +345,18 @@ class OutboundInterceptor:
 
     async def count_workflows(self, input: CountWorkflowsInput) -> int:
         return await self.next.count_workflows(input)
+
+    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+        await self.next.heartbeat_async_activity(input)
+
+    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+        await self.next.complete_async_activity(input)
+
+    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
+        await self.next.fail_async_activity(input)
+
+    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
+        await self.next.report_cancellation_async_activity(input)
 
 
 class _ClientImpl(OutboundInterceptor):
@@ -435,6 +477,52 @@ class _ClientImpl(OutboundInterceptor):
     async def count_workflows(self, input: CountWorkflowsInput) -> int:
         return int(await self.client.service.count(self.client.namespace, input.query or ""))
 
+    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+        record = await self._answer(input.id_or_token, "RecordActivityTaskHeartbeat", {
+            "details": self.client.data_converter.encode(list(input.details))})
+        if record.get("cancel_requested"):
+            raise AsyncActivityCancelledError(f"activity {record.get('activity_id') or ''!r} was asked to cancel")
+
+    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+        await self._answer(input.id_or_token, "RespondActivityTaskCompleted", {
+            "result": self.client.data_converter.encode([input.result])})
+
+    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
+        if input.last_heartbeat_details:
+            await self._answer(input.id_or_token, "RecordActivityTaskHeartbeat", {
+                "details": self.client.data_converter.encode(list(input.last_heartbeat_details))})
+        await self._answer(input.id_or_token, "RespondActivityTaskFailed", {
+            "failure": self.client.data_converter.encode_failure(input.error)})
+
+    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
+        await self._answer(input.id_or_token, "RespondActivityTaskCanceled", {
+            "details": self.client.data_converter.encode(list(input.details))})
+
+    async def _answer(self, id_or_token: AsyncActivityIDReference | bytes, name: str, body: Record) -> Record:
+        client = self.client
+        attempt = await self._attempt(id_or_token)
+        reply_type, record = await client.service.send(
+            attempt["namespace"], attempt["workflow_id"], attempt["run_id"], (command_type(name), {
+                "scheduled_event_id": attempt["scheduled_event_id"], "attempt": attempt["attempt"], **body}),
+            uuid.uuid4().hex, client.identity)
+        if reply_type == REJECTED:  # a stale token: the attempt timed out, was answered, or the run closed
+            raise exc.RPCError(record["message"], code=record["code"], status=404)
+        return {"activity_id": attempt["activity_id"], **record}
+
+    async def _attempt(self, id_or_token: AsyncActivityIDReference | bytes) -> Record:
+        """The attempt to answer: the token's, or the activity's pending attempt (found by its id)."""
+        if isinstance(id_or_token, bytes):
+            return parse_task_token(id_or_token)
+        client, ref = self.client, id_or_token
+        state = await client.service.describe(client.namespace, ref.workflow_id, ref.run_id or "")
+        pending = [a for a in (state or {}).get("activities", []) if a["activity_id"] == ref.activity_id]
+        if state is None or not pending:
+            raise exc.RPCError(f"workflow {ref.workflow_id!r} has no pending activity {ref.activity_id!r}",
+                               status=404, code="not_found")
+        return {"namespace": client.namespace, "workflow_id": ref.workflow_id, "run_id": state["run_id"],
+                "activity_id": ref.activity_id, "scheduled_event_id": pending[0]["scheduled_event_id"],
+                "attempt": pending[0]["attempt"]}
+
     async def _send(self, workflow_id: str, run_id: str | None, name: str, body: Record) -> None:
         client = self.client
         reply_type, record = await client.service.send(client.namespace, workflow_id, run_id or "",
@@ -539,12 +627,10 @@ class Client:
         (`activity.info().task_token`), or by `workflow_id` + `activity_id` (and `run_id`; the current run if
         none), in which case the attempt answered is the one pending when the handle is used."""
         if task_token is not None:
-            return AsyncActivityHandle(self, parse_task_token(task_token))
+            return AsyncActivityHandle(self, task_token)
         if not workflow_id or not activity_id:
             raise ValueError("give task_token, or workflow_id and activity_id")
-        return AsyncActivityHandle(self, {"namespace": self.namespace, "workflow_id": workflow_id,
-                                          "run_id": run_id or "", "activity_id": activity_id,
-                                          "scheduled_event_id": 0, "attempt": 0})
+        return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id, run_id, activity_id))
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
@@ -690,55 +776,39 @@ class AsyncActivityCancelledError(exc.OstinatoError):
     cancellation (`report_cancellation`) or complete it anyway."""
 
 
+@dataclass(frozen=True)
+class AsyncActivityIDReference:
+    """An activity named by its workflow and id rather than a task token (the attempt pending when used)."""
+
+    workflow_id: str
+    run_id: str | None
+    activity_id: str
+
+
 class AsyncActivityHandle:
     """An activity attempt answered from outside its worker (Temporal's async activity completion)."""
 
-    def __init__(self, client: Client, attempt: Record) -> None:
+    def __init__(self, client: Client, id_or_token: AsyncActivityIDReference | bytes) -> None:
         self.client = client
-        self._attempt = attempt
+        self._id_or_token = id_or_token
+        if isinstance(id_or_token, bytes):
+            parse_task_token(id_or_token)  # a malformed token fails here, not at first use
 
     async def complete(self, result: Any = None) -> None:
-        await self._send("RespondActivityTaskCompleted", {"result": self.client.data_converter.encode([result])})
+        await self.client._impl.complete_async_activity(CompleteAsyncActivityInput(self._id_or_token, result))
 
     async def fail(self, error: Exception, *, last_heartbeat_details: Sequence[Any] = ()) -> None:
-        if last_heartbeat_details:
-            await self.heartbeat(*last_heartbeat_details)
-        await self._send("RespondActivityTaskFailed", {"failure": self.client.data_converter.encode_failure(error)})
+        await self.client._impl.fail_async_activity(FailAsyncActivityInput(self._id_or_token, error,
+                                                                           last_heartbeat_details))
 
     async def report_cancellation(self, *details: Any) -> None:
-        await self._send("RespondActivityTaskCanceled", {"details": self.client.data_converter.encode(details)})
+        await self.client._impl.report_cancellation_async_activity(
+            ReportCancellationAsyncActivityInput(self._id_or_token, details))
 
     async def heartbeat(self, *details: Any) -> None:
         """Record progress (the attempt's heartbeat timeout counts from here); AsyncActivityCancelledError when the
         workflow asked the activity to stop."""
-        record = await self._send("RecordActivityTaskHeartbeat", {
-            "details": self.client.data_converter.encode(details)})
-        if record.get("cancel_requested"):
-            raise AsyncActivityCancelledError(f"activity {self._attempt['activity_id']!r} was asked to cancel")
-
-    async def _send(self, name: str, body: Record) -> Record:
-        attempt = await self._resolved()
-        reply_type, record = await self.client.service.send(
-            attempt["namespace"], attempt["workflow_id"], attempt["run_id"], (command_type(name), {
-                "scheduled_event_id": attempt["scheduled_event_id"], "attempt": attempt["attempt"], **body}),
-            uuid.uuid4().hex, self.client.identity)
-        if reply_type == REJECTED:  # a stale token: the attempt timed out, was answered, or the run closed
-            raise exc.RPCError(record["message"], code=record["code"], status=404)
-        answer: Record = record
-        return answer
-
-    async def _resolved(self) -> Record:
-        """The attempt to answer: the token's, or the activity's pending attempt (found by its id)."""
-        attempt = self._attempt
-        if attempt["scheduled_event_id"]:
-            return attempt
-        state = await self.client.service.describe(attempt["namespace"], attempt["workflow_id"], attempt["run_id"])
-        pending = [a for a in (state or {}).get("activities", []) if a["activity_id"] == attempt["activity_id"]]
-        if not pending:
-            raise exc.RPCError(f"workflow {attempt['workflow_id']!r} has no pending activity "
-                               f"{attempt['activity_id']!r}", status=404, code="not_found")
-        return {**attempt, "run_id": state["run_id"] if state else attempt["run_id"],
-                "scheduled_event_id": pending[0]["scheduled_event_id"], "attempt": pending[0]["attempt"]}
+        await self.client._impl.heartbeat_async_activity(HeartbeatAsyncActivityInput(self._id_or_token, details))
 
 
 class WorkflowUpdateStage(IntEnum):

@@ -4,6 +4,7 @@ a query's interceptors cannot leave context variables behind in the worker."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 from datetime import timedelta
@@ -14,9 +15,11 @@ import pytest
 from ostinato import activity, workflow
 from ostinato.client import (
     CancelWorkflowInput,
+    CompleteAsyncActivityInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FetchWorkflowHistoryEventsInput,
+    HeartbeatAsyncActivityInput,
     Interceptor,
     ListWorkflowsInput,
     OutboundInterceptor,
@@ -260,3 +263,53 @@ async def test_update_with_start_goes_through_the_chain_with_both_halves_headers
                                                                    start_workflow_operation=start) == 1
         assert await (await start.workflow_handle()).result() == ["apple"]
     assert sorted(CALLS) == ["execute start", "update add update"]
+
+
+class _AsyncActivityRecording(Interceptor):
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        class Outbound(OutboundInterceptor):
+            async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+                CALLS.append(f"heartbeat {type(input.id_or_token).__name__} {list(input.details)}")
+                await super().heartbeat_async_activity(input)
+
+            async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+                CALLS.append(f"complete {type(input.id_or_token).__name__} {input.result}")
+                await super().complete_async_activity(input)
+
+        return Outbound(next)
+
+
+TOKENS: list[bytes] = []
+
+
+@activity.defn
+async def later() -> str:
+    TOKENS.append(activity.info().task_token)
+    activity.raise_complete_async()
+
+
+@workflow.defn
+class Later:
+    @workflow.run
+    async def run(self) -> str:
+        return await workflow.execute_activity(later, activity_id="later", start_to_close_timeout=timedelta(hours=1))
+
+
+@run_async
+async def test_async_activity_answers_go_through_the_chain() -> None:
+    CALLS.clear()
+    TOKENS.clear()
+    env = await WorkflowEnvironment.start_time_skipping(interceptors=[_AsyncActivityRecording()])
+    async with env, Worker(env.client, task_queue=Q, workflows=[Later], activities=[later]):
+        by_token = await env.client.start_workflow(Later.run, id="later-1", task_queue=Q)
+        while not TOKENS:
+            await asyncio.sleep(0.01)
+        await env.client.get_async_activity_handle(task_token=TOKENS[0]).heartbeat("half")
+        await env.client.get_async_activity_handle(task_token=TOKENS[0]).complete("by token")
+        assert await by_token.result() == "by token"
+        by_id = await env.client.start_workflow(Later.run, id="later-2", task_queue=Q)
+        while len(TOKENS) < 2:
+            await asyncio.sleep(0.01)
+        await env.client.get_async_activity_handle(workflow_id="later-2", activity_id="later").complete("by id")
+        assert await by_id.result() == "by id"
+    assert CALLS == ["heartbeat bytes ['half']", "complete bytes by token", "complete AsyncActivityIDReference by id"]
