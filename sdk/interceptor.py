@@ -174,6 +174,7 @@ class HandleSignalInput:
     signal: str
     args: Sequence[Any]
     headers: Mapping[str, Payload]
+    _handler: Callable[..., Any] | None = field(default=None, repr=False, compare=False)  # what the end calls
 
 
 @dataclass
@@ -182,6 +183,7 @@ class HandleQueryInput:
     query: str
     args: Sequence[Any]
     headers: Mapping[str, Payload]
+    _handler: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -190,6 +192,8 @@ class HandleUpdateInput:
     update: str
     args: Sequence[Any]
     headers: Mapping[str, Payload]
+    _handler: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    _validator: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -339,7 +343,6 @@ class _WorkflowInboundRoot(WorkflowInboundInterceptor):
     def __init__(self, instance: runtime.WorkflowInstance) -> None:
         self.instance = instance
         self.outbound: WorkflowOutboundInterceptor | None = None
-        self.calls: dict[int, Callable[..., Any]] = {}  # id(input) -> the resolved handler (validator) to call
 
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
         self.outbound = outbound
@@ -348,22 +351,28 @@ class _WorkflowInboundRoot(WorkflowInboundInterceptor):
         return await input.run_fn(self.instance.obj, *input.args)
 
     async def handle_signal(self, input: HandleSignalInput) -> None:
-        result = self.calls.pop(id(input))(*input.args)
+        result = _resolved(input._handler, f"signal {input.signal!r}")(*input.args)
         if asyncio.iscoroutine(result):
             await result
 
     async def handle_query(self, input: HandleQueryInput) -> Any:
-        return self.calls.pop(id(input))(*input.args)
+        return _resolved(input._handler, f"query {input.query!r}")(*input.args)
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
-        check = self.calls.pop(id(input))
-        check(*input.args)
+        _resolved(input._validator, f"the validator of update {input.update!r}")(*input.args)
 
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
-        result = self.calls.pop(id(input))(*input.args)
+        result = _resolved(input._handler, f"update {input.update!r}")(*input.args)
         if asyncio.iscoroutine(result):
             result = await result
         return result
+
+
+def _resolved(handler: Callable[..., Any] | None, what: str) -> Callable[..., Any]:
+    if handler is None:
+        raise RuntimeError(f"{what} reached the end of the interceptor chain with an input the worker did not make: "
+                           "pass the input you were given on (changed, or copied with dataclasses.replace)")
+    return handler
 
 
 class InterceptedCalls(runtime.Calls):
@@ -388,14 +397,11 @@ class InterceptedCalls(runtime.Calls):
 
     async def handle_signal(self, name: str, call: Callable[..., Any], args: list[Any],
                             header: Mapping[str, Record]) -> None:
-        input = HandleSignalInput(name, args, headers_of(header))
-        self.root.calls[id(input)] = call
-        await self.inbound.handle_signal(input)
+        await self.inbound.handle_signal(HandleSignalInput(name, args, headers_of(header), _handler=call))
 
     def handle_query(self, name: str, call: Callable[..., Any], args: list[Any],
                      header: Mapping[str, Record]) -> Any:
-        input = HandleQueryInput("", name, args, headers_of(header))
-        self.root.calls[id(input)] = call
+        input = HandleQueryInput("", name, args, headers_of(header), _handler=call)
         # In a context of its own: what the interceptors set there stays with this query.
         return contextvars.copy_context().run(self._answer, name, self.inbound.handle_query(input))
 
@@ -412,14 +418,12 @@ class InterceptedCalls(runtime.Calls):
 
     def validate_update(self, update_id: str, name: str, check: Callable[..., Any], args: list[Any],
                         header: Mapping[str, Record]) -> None:
-        input = HandleUpdateInput(update_id, name, args, headers_of(header))
-        self.root.calls[id(input)] = check
+        input = HandleUpdateInput(update_id, name, args, headers_of(header), _validator=check)
         contextvars.copy_context().run(self.inbound.handle_update_validator, input)
 
     async def handle_update(self, update_id: str, name: str, call: Callable[..., Any], args: list[Any],
                             header: Mapping[str, Record]) -> Any:
-        input = HandleUpdateInput(update_id, name, args, headers_of(header))
-        self.root.calls[id(input)] = call
+        input = HandleUpdateInput(update_id, name, args, headers_of(header), _handler=call)
         return await self.inbound.handle_update_handler(input)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +42,7 @@ from ostinato.worker import (
     ExecuteActivityInput,
     ExecuteWorkflowInput,
     HandleQueryInput,
+    HandleSignalInput,
     HandleUpdateInput,
     Worker,
     WorkflowInboundInterceptor,
@@ -111,6 +113,9 @@ class Both(Recording, WorkerInterceptor):
             async def handle_query(self, input: HandleQueryInput) -> Any:
                 LEAK.set("set by a query interceptor")
                 return await super().handle_query(input)
+
+            async def handle_signal(self, input: HandleSignalInput) -> None:
+                await super().handle_signal(dataclasses.replace(input, args=list(input.args)))  # a copy goes on
 
         return Inbound
 
