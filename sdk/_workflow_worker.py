@@ -14,7 +14,12 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import WorkflowDefinition, definition_of
 from ostinato.sdk._instance import TaskOutcome, WorkflowInstance
 from ostinato.sdk.data import DataConverter
-from ostinato.sdk.interceptor import InterceptedCalls, Interceptor, workflow_interceptor_classes
+from ostinato.sdk.interceptor import (
+    InterceptedCalls,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    workflow_interceptor_classes,
+)
 from ostinato.sdk.workflow import OUTBOUND_ROOT
 
 Record = dict[str, Any]
@@ -33,7 +38,8 @@ class WorkflowTaskHandler:
             self.definitions[definition.name] = definition
         self.converter = converter
         self.identity = identity
-        self.interceptors = list(interceptors)
+        # Asked once, when the worker is made, as Temporal does; each run builds its own chain of these classes.
+        self.interceptor_classes = workflow_interceptor_classes(interceptors)
         self.max_cached = max_cached
         self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self.replays = 0  # full-history replays (cache misses), for tests and metrics
@@ -99,7 +105,7 @@ class WorkflowTaskHandler:
         """A fresh instance of the task's run, calling its code through the worker's interceptors."""
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
-        return intercepted(instance, self.interceptors)
+        return intercepted(instance, self.interceptor_classes)
 
     def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:
         """Answer a QueryTask: (result payloads, None) or ([], failure record)."""
@@ -126,9 +132,9 @@ class WorkflowTaskHandler:
             "failure": self.converter.encode_failure(error), "build_id": "", "started_time_ms": started_time_ms(task)})
 
 
-def intercepted(instance: WorkflowInstance, interceptors: Sequence[Interceptor]) -> WorkflowInstance:
-    """`instance`, calling workflow code through the run's interceptor chain when the interceptors want one."""
-    classes = workflow_interceptor_classes(interceptors)
+def intercepted(instance: WorkflowInstance,
+                classes: Sequence[type[WorkflowInboundInterceptor]]) -> WorkflowInstance:
+    """`instance`, calling workflow code through a chain of `classes` (the first outermost) when there are any."""
     if classes:
         instance.calls = InterceptedCalls(instance, classes, OUTBOUND_ROOT)
     return instance

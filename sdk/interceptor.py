@@ -58,7 +58,8 @@ class Interceptor:
 
     def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput,
                                    ) -> type[WorkflowInboundInterceptor] | None:
-        """The class built (`cls(next)`) for each workflow run the worker holds, or None."""
+        """The class built (`cls(next)`) for each workflow run the worker holds, or None; asked once, when the
+        worker (or replayer) is made."""
         return None
 
 
@@ -428,7 +429,7 @@ class InterceptedCalls(runtime.Calls):
 
 
 def workflow_interceptor_classes(interceptors: Sequence[Interceptor]) -> list[type[WorkflowInboundInterceptor]]:
-    """The classes the worker's interceptors want for a run (asked per run, as Temporal does)."""
+    """The classes the worker's interceptors want for its runs (asked once per worker, as Temporal does)."""
     classes = []
     for interceptor in interceptors:
         cls = interceptor.workflow_interceptor_class(WorkflowInterceptorClassInput({}))

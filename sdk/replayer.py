@@ -14,7 +14,7 @@ from ostinato.sdk._definitions import definition_of
 from ostinato.sdk._instance import WorkflowInstance
 from ostinato.sdk._workflow_worker import intercepted
 from ostinato.sdk.data import DEFAULT, DataConverter
-from ostinato.sdk.interceptor import Interceptor
+from ostinato.sdk.interceptor import Interceptor, workflow_interceptor_classes
 
 Record = dict[str, Any]
 
@@ -94,7 +94,7 @@ class Replayer:
                  interceptors: Sequence[Interceptor] = (), namespace: str = "default") -> None:
         self.definitions = {definition_of(w).name: definition_of(w) for w in workflows}
         self.converter = data_converter
-        self.interceptors = list(interceptors)
+        self.interceptor_classes = workflow_interceptor_classes(interceptors)
         self.namespace = namespace
 
     async def replay_workflow(self, history: WorkflowHistory, *,
@@ -141,7 +141,7 @@ class Replayer:
             return ReplayResult(workflow_id, run_id, exc.NondeterminismError(
                 f"workflow type {workflow_type!r} is not among the replayer's workflows"))
         instance = intercepted(WorkflowInstance(definition, namespace, workflow_id, run_id, self.converter),
-                               self.interceptors)
+                               self.interceptor_classes)
         outcome = instance.process(events, None)
         return ReplayResult(workflow_id, run_id, outcome.failure)
 
