@@ -3,6 +3,7 @@ deploying changed workflow code)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -115,20 +116,31 @@ class Replayer:
         """Replay several runs; the first failure raises unless `raise_on_replay_failure` is False, in which case
         every history is replayed and the failures are returned by run id."""
         failures: dict[str, Exception] = {}
+        async with self.workflow_replay_iterator(histories) as results:
+            async for result in results:
+                if result.replay_failure is not None:
+                    if raise_on_replay_failure:
+                        raise result.replay_failure
+                    history = result.history
+                    failures[history.run_id or history.workflow_id] = result.replay_failure
+        return WorkflowReplayResults(failures)
 
-        async def each() -> AsyncIterator[WorkflowHistory]:
+    @contextlib.asynccontextmanager
+    async def workflow_replay_iterator(
+            self, histories: Iterable[WorkflowHistory] | AsyncIterator[WorkflowHistory],
+    ) -> AsyncIterator[AsyncIterator[WorkflowReplayResult]]:
+        """`async with replayer.workflow_replay_iterator(histories) as results: async for result in results:`, each
+        history's result as it is replayed (failures in the results, never raised), as Temporal has it."""
+
+        async def each() -> AsyncIterator[WorkflowReplayResult]:
             if isinstance(histories, AsyncIterator):
                 async for history in histories:
-                    yield history
+                    yield await self.replay_workflow(history, raise_on_replay_failure=False)
             else:
                 for history in histories:
-                    yield history
+                    yield await self.replay_workflow(history, raise_on_replay_failure=False)
 
-        async for history in each():
-            result = await self.replay_workflow(history, raise_on_replay_failure=raise_on_replay_failure)
-            if result.replay_failure is not None:
-                failures[history.run_id or history.workflow_id] = result.replay_failure
-        return WorkflowReplayResults(failures)
+        yield each()
 
     def replay(self, events: list[Record], *, workflow_id: str = "replay", run_id: str = "replay",
                namespace: str = "default") -> ReplayResult:

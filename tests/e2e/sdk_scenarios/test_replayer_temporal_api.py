@@ -57,6 +57,16 @@ def test_replay_workflows_collects_the_failures_by_run_id_or_raises_the_first() 
     assert asyncio.run(replayer.replay_workflows(histories[:1])).replay_failures == {}
 
 
+def test_workflow_replay_iterator_gives_each_result_without_raising() -> None:
+    async def results() -> list[WorkflowReplayResult]:
+        async with Replayer(workflows=[Hello]).workflow_replay_iterator(
+                [_history("hello"), _history("hello_legacy")]) as replayed:
+            return [result async for result in replayed]
+
+    good, legacy = asyncio.run(results())
+    assert good.replay_failure is None and isinstance(legacy.replay_failure, NondeterminismError)
+
+
 def test_from_json_takes_a_bare_event_list_and_round_trips_to_json() -> None:
     history = _history("hello")
     again = WorkflowHistory.from_json("other", history.to_json())
