@@ -25,6 +25,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
@@ -135,9 +136,9 @@ class HttpService(ClientTransport):
         return answer
 
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
-                    timeout: timedelta) -> Body:
+                    timeout: timedelta, *, header: Mapping[str, Record] | None = None) -> Body:
         body = (wire.command_type("QueryWorkflow"), {
-            "query_type": query_type, "query_args": args, "header": {},
+            "query_type": query_type, "query_args": args, "header": dict(header or {}),
             "deadline_ms": _now_ms() + int(timeout.total_seconds() * 1000)})
         command = wire.command(namespace, workflow_id, body, run_id=run_id, request_id=uuid.uuid4().hex, identity="",
                                time_ms=_now_ms())

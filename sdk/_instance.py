@@ -17,7 +17,7 @@ import functools
 import hashlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -156,6 +156,40 @@ def _attrs(event: Record) -> Record:
     return attrs
 
 
+class Calls:
+    """How an instance calls the workflow's code: directly. `ostinato.sdk.interceptor.InterceptedCalls` goes
+    through the worker's workflow interceptors instead, which see each call's `header` (the wire's payload map)."""
+
+    def execute_workflow(self, instance: WorkflowInstance, args: list[Any],
+                         header: Mapping[str, Record]) -> Coroutine[Any, Any, Any]:
+        coro: Coroutine[Any, Any, Any] = instance.defn.run(instance.obj, *args)
+        return coro
+
+    async def handle_signal(self, name: str, call: Callable[..., Any], args: list[Any],
+                            header: Mapping[str, Record]) -> None:
+        result = call(*args)
+        if asyncio.iscoroutine(result):
+            await result
+
+    def handle_query(self, name: str, call: Callable[..., Any], args: list[Any],
+                     header: Mapping[str, Record]) -> Any:
+        return call(*args)
+
+    def validate_update(self, update_id: str, name: str, check: Callable[..., Any], args: list[Any],
+                        header: Mapping[str, Record]) -> None:
+        check(*args)
+
+    async def handle_update(self, update_id: str, name: str, call: Callable[..., Any], args: list[Any],
+                            header: Mapping[str, Record]) -> Any:
+        result = call(*args)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
+
+
+DIRECT = Calls()
+
+
 class WorkflowInstance:
     """The workflow object, its event loop, and everything in flight."""
 
@@ -181,6 +215,8 @@ class WorkflowInstance:
         self.closed = False
         self.cancel_requested = False  # the run was asked to cancel: a failure the cancellation caused cancels it
         self.read_only: str = ""  # what runs now that may not change the workflow (a validator, a query)
+        self.calls: Calls = DIRECT  # how workflow code is called (through interceptors, when the worker has any)
+        self.outbound: Any = None  # the run's workflow outbound interceptor chain, when the worker has interceptors
         self._defer_main = False
         self._main_coro: Any = None  # the run coroutine, while updates of the first activation go first
         self._seq: dict[str, int] = {}
@@ -474,7 +510,7 @@ class WorkflowInstance:
         if kind == "WORKFLOW_EXECUTION_STARTED":
             self._start(event)
         elif kind == "WORKFLOW_EXECUTION_SIGNALED":
-            self._signal(attrs["signal_name"], attrs["input"])
+            self._signal(attrs["signal_name"], attrs["input"], attrs.get("header") or {})
         elif kind == "WORKFLOW_EXECUTION_CANCEL_REQUESTED":
             self.cancel_requested = True
             if self.main is not None and not self.main.done():
@@ -508,7 +544,7 @@ class WorkflowInstance:
         self.memo = dict(attrs["memo"])
         args = self.converter.decode(attrs["input"], self.defn.arg_hints(self.defn.run)[:len(attrs["input"])])
         self.obj = self.defn.cls(*args) if self.defn.init_takes_args else self.defn.cls()
-        coro = self.defn.run(self.obj, *args)
+        coro = self.calls.execute_workflow(self, args, attrs.get("header") or {})
         if self._defer_main:
             self._main_coro = coro
         else:
@@ -546,11 +582,11 @@ class WorkflowInstance:
         if self._handlers:
             self._warn_unfinished()
 
-    def _signal(self, name: str, payloads: list[Record]) -> None:
+    def _signal(self, name: str, payloads: list[Record], header: Mapping[str, Record]) -> None:
         handler = self.defn.signals.get(name)
         runtime_handler = self._signal_handlers.get(name)
         if handler is None and runtime_handler is None:
-            self._buffered_signals.setdefault(name, []).append({"input": payloads})
+            self._buffered_signals.setdefault(name, []).append({"input": payloads, "header": header})
             return
         if runtime_handler is not None:
             call = runtime_handler
@@ -561,9 +597,7 @@ class WorkflowInstance:
             args = self.converter.decode(payloads, self.defn.arg_hints(handler)[:len(payloads)])
 
         async def deliver() -> None:
-            result = call(*args)
-            if asyncio.iscoroutine(result):
-                await result
+            await self.calls.handle_signal(name, call, args, header)
 
         self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, call)
 
@@ -588,7 +622,7 @@ class WorkflowInstance:
             return
         self._signal_handlers[name] = handler
         for buffered in self._buffered_signals.pop(name, []):
-            self._signal(name, buffered["input"])
+            self._signal(name, buffered["input"], buffered["header"])
 
     def set_query_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
         if handler is None:
@@ -623,7 +657,7 @@ class WorkflowInstance:
             if validate and check is not None:
                 self.read_only = f"the validator of update {name!r}"
                 try:
-                    check(*args)
+                    self.calls.validate_update(update_id, name, check, args, request.get("header") or {})
                 finally:
                     self.read_only = ""
         except Exception as error:
@@ -632,8 +666,8 @@ class WorkflowInstance:
             self._reject(update_id, error)
             return
         self.command("AcceptUpdateCommand", {"update_id": update_id})
-        self._track(self.loop.create_task(self._run_update(update_id, call, args), name=f"update {name}"),
-                    "update", name, handler)
+        self._track(self.loop.create_task(self._run_update(update_id, name, call, args, request.get("header") or {}),
+                                          name=f"update {name}"), "update", name, handler)
 
     def _update_callables(self, name: str) -> tuple[Callable[..., Any], Callable[..., Any] | None, list[Any] | None,
                                                       Callable[..., Any]] | None:
@@ -655,11 +689,10 @@ class WorkflowInstance:
         check = None if validator is None else functools.partial(validator, self.obj)
         return functools.partial(handler, self.obj), check, self.defn.arg_hints(handler), handler
 
-    async def _run_update(self, update_id: str, call: Callable[..., Any], args: list[Any]) -> None:
+    async def _run_update(self, update_id: str, name: str, call: Callable[..., Any], args: list[Any],
+                          header: Mapping[str, Record]) -> None:
         try:
-            result = call(*args)
-            if asyncio.iscoroutine(result):
-                result = await result
+            result = await self.calls.handle_update(update_id, name, call, args, header)
         except (exc.FailureError, asyncio.CancelledError) as error:
             failure = error if isinstance(error, exc.FailureError) else exc.CancelledError("update handler cancelled")
             if not self.closed:
@@ -756,23 +789,24 @@ class WorkflowInstance:
 
     # -- queries --------------------------------------------------------------------------------------------------
 
-    def query(self, name: str, args: list[Record]) -> list[Record]:
+    def query(self, name: str, args: list[Record], header: Mapping[str, Record] | None = None) -> list[Record]:
         runtime_handler = self._query_handlers.get(name)
         if runtime_handler is not None:
             values = self.converter.decode(args, parameter_hints(runtime_handler)[:len(args)])
-            return self._read_only_call(f"query {name!r}", runtime_handler, values)
+            return self._read_only_call(name, runtime_handler, values, header or {})
         handler = self.defn.queries.get(name)
         if handler is None:
             known = ", ".join(sorted(self.defn.queries)) or "none"
             raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
         values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
-        return self._read_only_call(f"query {name!r}", functools.partial(handler, self.obj), values)
+        return self._read_only_call(name, functools.partial(handler, self.obj), values, header or {})
 
-    def _read_only_call(self, what: str, call: Callable[..., Any], values: list[Any]) -> list[Record]:
+    def _read_only_call(self, name: str, call: Callable[..., Any], values: list[Any],
+                        header: Mapping[str, Record]) -> list[Record]:
         _context.set_running(self)
-        self.read_only = what
+        self.read_only = f"query {name!r}"
         try:
-            return self.converter.encode([call(*values)])
+            return self.converter.encode([self.calls.handle_query(name, call, values, header)])
         finally:
             self.read_only = ""
             _context.set_running(None)

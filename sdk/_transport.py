@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -36,8 +37,9 @@ class ClientTransport(ABC):
 
     @abstractmethod
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
-                    timeout: timedelta) -> Body:
-        """Ask a worker `query_type` of the run; QueryResult or Rejected. RPCError when no answer comes in time."""
+                    timeout: timedelta, *, header: Mapping[str, Record] | None = None) -> Body:
+        """Ask a worker `query_type` of the run (`header`: the interceptors' payloads for the workflow's); QueryResult
+        or Rejected. RPCError when no answer comes in time."""
 
     @abstractmethod
     async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None:

@@ -17,6 +17,13 @@ from ostinato.sdk._definitions import WorkflowDefinition, definition_of
 from ostinato.sdk._instance import TaskOutcome, WorkflowInstance
 from ostinato.sdk._local_activities import LocalActivityRunner
 from ostinato.sdk.data import DataConverter
+from ostinato.sdk.interceptor import (
+    InterceptedCalls,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    workflow_interceptor_classes,
+)
+from ostinato.sdk.workflow import OUTBOUND_ROOT
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -30,7 +37,7 @@ HEARTBEAT_FRACTION = 0.8
 class WorkflowTaskHandler:
     def __init__(self, workflows: Sequence[type], converter: DataConverter, *, max_cached: int = 1000,
                  identity: str = "", local_activities: LocalActivityRunner | None = None,
-                 max_concurrent: int = 100) -> None:
+                 max_concurrent: int = 100, interceptors: Sequence[Interceptor] = ()) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent_workflow_tasks must be at least 1, not {max_concurrent}")
         self.definitions: dict[str, WorkflowDefinition] = {}
@@ -41,6 +48,8 @@ class WorkflowTaskHandler:
             self.definitions[definition.name] = definition
         self.converter = converter
         self.identity = identity
+        # Asked once, when the worker is made, as Temporal does; each run builds its own chain of these classes.
+        self.interceptor_classes = workflow_interceptor_classes(interceptors)
         self.max_cached = max_cached
         self.cache: OrderedDict[str, WorkflowInstance] = OrderedDict()
         self.replays = 0  # full-history replays (cache misses), for tests and metrics
@@ -172,9 +181,13 @@ class WorkflowTaskHandler:
             return cached, _through(full_history(), seen, first, task) + task["events"]
         self.replays += 1
         self._stop_local_activities(task["run_id"])  # a copy's local activities: this one runs them again
+        return self.new_instance(definition, task), _through(full_history(), 0, first, task) + task["events"]
+
+    def new_instance(self, definition: WorkflowDefinition, task: Record) -> WorkflowInstance:
+        """A fresh instance of the task's run, calling its code through the worker's interceptors."""
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
-        return instance, _through(full_history(), 0, first, task) + task["events"]
+        return intercepted(instance, self.interceptor_classes)
 
     def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:
         """Answer a QueryTask: (result payloads, None) or ([], failure record)."""
@@ -184,12 +197,11 @@ class WorkflowTaskHandler:
                 raise exc.QueryRejectedError(f"workflow type {task['workflow_type']!r} is not registered here")
             instance = self.cache.get(task["run_id"])
             if instance is None:
-                instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
-                                            self.converter)
+                instance = self.new_instance(definition, task)
                 outcome = instance.process(full_history(), None)
                 if outcome.failure is not None:
                     raise outcome.failure
-            return instance.query(task["query_type"], task["query_args"]), None
+            return instance.query(task["query_type"], task["query_args"], task.get("header") or {}), None
         except Exception as error:  # noqa: BLE001 - any failure is the query's answer, not the worker's problem
             return [], self.converter.encode_failure(error)
 
@@ -200,6 +212,14 @@ class WorkflowTaskHandler:
         return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
             "failure": self.converter.encode_failure(error), "build_id": "", "started_time_ms": started_time_ms(task)})
+
+
+def intercepted(instance: WorkflowInstance,
+                classes: Sequence[type[WorkflowInboundInterceptor]]) -> WorkflowInstance:
+    """`instance`, calling workflow code through a chain of `classes` (the first outermost) when there are any."""
+    if classes:
+        instance.calls = InterceptedCalls(instance, classes, OUTBOUND_ROOT)
+    return instance
 
 
 class FailingRuns:

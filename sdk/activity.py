@@ -184,6 +184,7 @@ class ActivityContext:
     is_cancelled: Callable[[], bool]
     worker_shutdown: threading.Event = field(default_factory=threading.Event)
     client: Any = None  # the worker's `ostinato.client.Client` (`activity.client()`)
+    outbound: Any = None  # the attempt's ActivityOutboundInterceptor chain, when the worker has interceptors
 
 
 _current: contextvars.ContextVar[ActivityContext] = contextvars.ContextVar("ostinato_activity")
@@ -256,7 +257,8 @@ def info() -> ActivityInfo:
     Raises:
         RuntimeError: not in an activity.
     """
-    return _context().info
+    context = _context()
+    return context.info if context.outbound is None else context.outbound.info()
 
 
 def heartbeat(*details: Any) -> None:
@@ -274,7 +276,11 @@ def heartbeat(*details: Any) -> None:
         RuntimeError: not in an activity.
         CancelledError: (plain-function activities) the workflow asked the activity to stop.
     """
-    _context().heartbeat(details)
+    context = _context()
+    if context.outbound is None:
+        context.heartbeat(details)
+    else:
+        context.outbound.heartbeat(*details)
 
 
 def is_cancelled() -> bool:

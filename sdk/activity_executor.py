@@ -25,6 +25,7 @@ from ostinato.sdk.activity import (
     task_token,
 )
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.interceptor import ExecuteActivityInput, Interceptor, activity_chain, headers_of
 
 Record = dict[str, Any]
 Answer = tuple[str, Record]  # (full command record name, body)
@@ -65,12 +66,13 @@ class ActivityExecutor:
 
     def __init__(self, activities: Sequence[Callable[..., Any]], data_converter: DataConverter = DEFAULT, *,
                  identity: str = "", max_threads: int = 16, client: Any = None,
-                 thread_pool: Executor | None = None) -> None:
+                 thread_pool: Executor | None = None, interceptors: Sequence[Interceptor] = ()) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads must be at least 1, not {max_threads}")
         self.converter = data_converter
         self.client = client  # what `activity.client()` gives the activities
         self.identity = identity
+        self.interceptors = list(interceptors)
         self._definitions: dict[str, ActivityDefinition] = {}
         self._hints: dict[str, _Hints] = {}
         for fn in activities:
@@ -153,10 +155,21 @@ class ActivityExecutor:
                 f"cannot decode the input of activity {definition.name!r}: {err}", type="PayloadConversionError",
                 cause=err)))
         context = contextvars.copy_context()
-        context.run(set_context, ActivityContext(_info(task, details), attempt.heartbeat, attempt.cancelled.is_set,
-                                                   self._worker_shutdown, self.client))
+        info = _info(task, details)
+        inbound, outbound = activity_chain(self.interceptors, definition.is_async, info, attempt.heartbeat)
+        context.run(set_context, ActivityContext(info, attempt.heartbeat, attempt.cancelled.is_set,
+                                                   self._worker_shutdown, self.client,
+                                                   outbound if self.interceptors else None))
         try:
-            if definition.is_async:
+            if self.interceptors:
+                # The chain runs in the activity's context, so what interceptors set there reaches the activity.
+                run = asyncio.get_running_loop().create_task(inbound.execute_activity(ExecuteActivityInput(
+                    definition.fn, args, None if definition.is_async else self._threads(),
+                    headers_of(task.get("header")))), context=context)
+                if definition.is_async:
+                    attempt.runner = run
+                result = await run
+            elif definition.is_async:
                 attempt.runner = asyncio.get_running_loop().create_task(_call_async(definition.fn, args),
                                                                         context=context)
                 result = await attempt.runner

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import IntEnum
 from typing import Any
 
+from ostinato.schemas.payloads import Payload
 from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
@@ -19,18 +20,41 @@ from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.interceptor import header_records
+from ostinato.sdk.replayer import WorkflowHistory
 from ostinato.sdk.search_attributes import SearchAttributeKey, TypedSearchAttributes, from_json_values, to_payloads
 from ostinato.sdk.search_attributes import decode as decode_search_attributes
 
 __all__ = [
     "AsyncActivityCancelledError",
     "AsyncActivityHandle",
+    "AsyncActivityIDReference",
+    "CancelWorkflowInput",
     "Client",
+    "CompleteAsyncActivityInput",
+    "CountWorkflowsInput",
+    "DescribeWorkflowInput",
+    "FailAsyncActivityInput",
+    "FetchWorkflowHistoryEventsInput",
+    "HeartbeatAsyncActivityInput",
+    "Interceptor",
+    "ListWorkflowsInput",
+    "OutboundInterceptor",
+    "QueryWorkflowInput",
+    "ReportCancellationAsyncActivityInput",
+    "SignalWorkflowInput",
+    "StartWorkflowInput",
+    "StartWorkflowUpdateInput",
+    "StartWorkflowUpdateWithStartInput",
+    "TerminateWorkflowInput",
+    "UpdateWithStartStartWorkflowInput",
+    "UpdateWithStartUpdateWorkflowInput",
     "WithStartWorkflowOperation",
     "WorkflowExecution",
     "WorkflowExecutionDescription",
     "WorkflowExecutionStatus",
     "WorkflowHandle",
+    "WorkflowHistory",
     "WorkflowService",
     "WorkflowUpdateFailedError",
     "WorkflowUpdateHandle",
@@ -139,22 +163,414 @@ class WorkflowExecutionDescription:
         return decode_search_attributes(self.raw.get("search_attributes") or {})
 
 
+class Interceptor:
+    """A client interceptor (Temporal's `client.Interceptor`): give it to `Client.connect(..., interceptors=[...])`.
+    An object that is also an `ostinato.worker.Interceptor` intercepts the workers built from the client too."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        """The client's calls, `next` wrapped (or `next` itself)."""
+        return next
+
+
+@dataclass
+class StartWorkflowInput:
+    """A start (`Client.start_workflow`): set `headers` to send context to the workflow's inbound interceptors."""
+
+    workflow: str
+    args: Sequence[Any]
+    id: str
+    task_queue: str
+    execution_timeout: timedelta | None
+    run_timeout: timedelta | None
+    task_timeout: timedelta | None
+    id_reuse_policy: WorkflowIDReusePolicy | str
+    id_conflict_policy: WorkflowIDConflictPolicy | str
+    retry_policy: RetryPolicy | None
+    memo: Mapping[str, Any] | None
+    search_attributes: Any  # `common.TypedSearchAttributes`, or temporalio's deprecated dict form
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+    request_id: str | None = None
+    cron_schedule: str = ""
+
+
+@dataclass
+class SignalWorkflowInput:
+    id: str
+    run_id: str | None
+    signal: str
+    args: Sequence[Any]
+    headers: Mapping[str, Payload]
+
+
+@dataclass
+class QueryWorkflowInput:
+    id: str
+    run_id: str | None
+    query: str
+    args: Sequence[Any]
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+    rpc_timeout: timedelta | None = None
+
+
+@dataclass
+class StartWorkflowUpdateInput:
+    id: str
+    run_id: str | None
+    first_execution_run_id: str | None
+    update_id: str | None
+    update: str
+    args: Sequence[Any]
+    wait_for_stage: WorkflowUpdateStage
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+    rpc_timeout: timedelta | None = None
+
+
+@dataclass
+class UpdateWithStartStartWorkflowInput(StartWorkflowInput):
+    """The start half of an update-with-start (`WithStartWorkflowOperation`), as the interceptors see it."""
+
+
+@dataclass
+class UpdateWithStartUpdateWorkflowInput:
+    update_id: str | None
+    update: str
+    args: Sequence[Any]
+    wait_for_stage: WorkflowUpdateStage
+    headers: Mapping[str, Payload]
+    ret_type: Any = None
+
+
+@dataclass
+class StartWorkflowUpdateWithStartInput:
+    """An update-with-start: both halves' `headers` travel (to `execute_workflow` and the update's handlers)."""
+
+    start_workflow_input: UpdateWithStartStartWorkflowInput
+    update_workflow_input: UpdateWithStartUpdateWorkflowInput
+    _on_start: Callable[[WorkflowHandle], None]
+    _on_start_error: Callable[[BaseException], None]
+
+
+@dataclass
+class HeartbeatAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    details: Sequence[Any]
+
+
+@dataclass
+class CompleteAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    result: Any
+
+
+@dataclass
+class FailAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    error: Exception
+    last_heartbeat_details: Sequence[Any]
+
+
+@dataclass
+class ReportCancellationAsyncActivityInput:
+    id_or_token: AsyncActivityIDReference | bytes
+    details: Sequence[Any]
+
+
+@dataclass
+class CancelWorkflowInput:
+    id: str
+    run_id: str | None
+    first_execution_run_id: str | None
+    reason: str = ""
+
+
+@dataclass
+class TerminateWorkflowInput:
+    id: str
+    run_id: str | None
+    first_execution_run_id: str | None
+    args: Sequence[Any]
+    reason: str | None
+
+
+@dataclass
+class DescribeWorkflowInput:
+    id: str
+    run_id: str | None
+
+
+@dataclass
+class FetchWorkflowHistoryEventsInput:
+    id: str
+    run_id: str | None
+
+
+@dataclass
+class ListWorkflowsInput:
+    query: str | None
+    page_size: int
+
+
+@dataclass
+class CountWorkflowsInput:
+    query: str | None
+
+
+class OutboundInterceptor:
+    """Wraps the client's calls (Temporal's `client.OutboundInterceptor`); subclass it and override what you need.
+    The end of the chain sends the call."""
+
+    def __init__(self, next: OutboundInterceptor) -> None:
+        self.next = next
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        return await self.next.start_workflow(input)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        await self.next.signal_workflow(input)
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        return await self.next.query_workflow(input)
+
+    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
+        return await self.next.start_workflow_update(input)
+
+    async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput,
+                                               ) -> WorkflowUpdateHandle:
+        return await self.next.start_update_with_start_workflow(input)
+
+    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
+        await self.next.cancel_workflow(input)
+
+    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
+        await self.next.terminate_workflow(input)
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
+        return await self.next.describe_workflow(input)
+
+    def fetch_workflow_history_events(self, input: FetchWorkflowHistoryEventsInput) -> AsyncIterator[Record]:
+        return self.next.fetch_workflow_history_events(input)
+
+    def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
+        return self.next.list_workflows(input)
+
+    async def count_workflows(self, input: CountWorkflowsInput) -> int:
+        return await self.next.count_workflows(input)
+
+    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+        await self.next.heartbeat_async_activity(input)
+
+    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+        await self.next.complete_async_activity(input)
+
+    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
+        await self.next.fail_async_activity(input)
+
+    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
+        await self.next.report_cancellation_async_activity(input)
+
+
+class _ClientImpl(OutboundInterceptor):
+    """The end of a client's interceptor chain: the calls as commands and reads of its transport."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        client = self.client
+        body = _start_input_body(client.data_converter, input)
+        name_, record = await client.service.send(client.namespace, input.id, "",
+                                                  (command_type("StartWorkflowExecution"), body),
+                                                  input.request_id or uuid.uuid4().hex, client.identity)
+        if name_ == REJECTED:
+            if record["code"] == "ALREADY_STARTED":
+                raise exc.WorkflowAlreadyStartedError(input.id, input.workflow, str(record["existing_run_id"]))
+            raise exc.RPCError(record["message"], code=record["code"])
+        # An existing run (USE_EXISTING) may have continued from another: its chain's first run is not known here.
+        return WorkflowHandle(client, input.id, run_id=record["run_id"],
+                              first_execution_run_id=record["run_id"] if record["started"] else "",
+                              result_type=input.ret_type)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        await self._send(input.id, input.run_id, "SignalWorkflowExecution", {
+            "signal_name": input.signal, "input": self.client.data_converter.encode(list(input.args)),
+            "header": header_records(input.headers), "external": None})
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        client = self.client
+        converter = client.data_converter
+        reply_type, record = await client.service.query(
+            client.namespace, input.id, input.run_id or "", input.query, converter.encode(list(input.args)),
+            input.rpc_timeout or timedelta(seconds=10), header=header_records(input.headers))
+        if reply_type == REJECTED:
+            raise exc.QueryRejectedError(record["message"])
+        if record.get("failure"):
+            raise exc.QueryRejectedError(converter.decode_failure(record["failure"]).message)
+        return converter.decode_one(record["result"], input.ret_type)
+
+    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
+        client = self.client
+        update_id = input.update_id or str(uuid.uuid4())
+        reply_type, record = await client.service.send(
+            client.namespace, input.id, input.run_id or "", (command_type("UpdateWorkflowExecution"), {
+                "update_id": update_id, "name": input.update, "input": client.data_converter.encode(list(input.args)),
+                "header": header_records(input.headers),
+                "first_execution_run_id": input.first_execution_run_id or ""}),
+            uuid.uuid4().hex, client.identity)
+        if reply_type == REJECTED:
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+        handle = WorkflowUpdateHandle(client, update_id, input.update, input.id, workflow_run_id=record["run_id"],
+                                      result_type=input.ret_type)
+        await handle._wait(input.wait_for_stage, input.rpc_timeout)
+        return handle
+
+    async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput,
+                                               ) -> WorkflowUpdateHandle:
+        client, start, update = self.client, input.start_workflow_input, input.update_workflow_input
+        update_id = update.update_id or str(uuid.uuid4())
+        body = {"start": _start_input_body(client.data_converter, start), "update": {
+            "update_id": update_id, "name": update.update, "input": client.data_converter.encode(list(update.args)),
+            "header": header_records(update.headers), "first_execution_run_id": ""}}
+        try:
+            reply_type, record = await client.service.send(
+                client.namespace, start.id, "", (command_type("UpdateWithStartWorkflowExecution"), body),
+                start.request_id or uuid.uuid4().hex, client.identity)
+        except BaseException as error:
+            input._on_start_error(error)
+            raise
+        if reply_type == REJECTED:
+            refused: exc.OstinatoError = exc.WorkflowAlreadyStartedError(
+                start.id, start.workflow, str(record["existing_run_id"])) if record["code"] == "ALREADY_STARTED" \
+                else exc.RPCError(record["message"], code=record["code"])
+            input._on_start_error(refused)
+            raise refused
+        input._on_start(WorkflowHandle(client, start.id, run_id=record["run_id"],
+                                       first_execution_run_id=record["run_id"] if record["started"] else "",
+                                       result_type=start.ret_type))
+        handle = WorkflowUpdateHandle(client, update_id, update.update, start.id, workflow_run_id=record["run_id"],
+                                      result_type=update.ret_type)
+        await handle._wait(update.wait_for_stage)
+        return handle
+
+    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
+        await self._send(input.id, input.run_id, "RequestCancelWorkflowExecution", {
+            "reason": input.reason, "external": None, "first_execution_run_id": input.first_execution_run_id or ""})
+
+    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
+        await self._send(input.id, input.run_id, "TerminateWorkflowExecution", {
+            "reason": input.reason or "", "details": self.client.data_converter.encode(list(input.args)),
+            "first_execution_run_id": input.first_execution_run_id or ""})
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
+        client = self.client
+        state = await client.service.describe(client.namespace, input.id, input.run_id or "")
+        if state is None:
+            raise exc.RPCError(f"no workflow {input.id!r}", status=404, code="not_found")
+        return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
+                                            state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
+                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+
+    async def fetch_workflow_history_events(self, input: FetchWorkflowHistoryEventsInput) -> AsyncIterator[Record]:
+        for event in await self.client.service.history(self.client.namespace, input.id, input.run_id or ""):
+            yield event
+
+    async def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
+        token = ""
+        while True:
+            rows, token = await self.client.service.list_page(self.client.namespace, input.query or "",
+                                                              input.page_size, token)
+            for row in rows:
+                yield WorkflowExecution.from_row(row)
+            if not token:
+                return
+
+    async def count_workflows(self, input: CountWorkflowsInput) -> int:
+        return int(await self.client.service.count(self.client.namespace, input.query or ""))
+
+    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+        record = await self._answer(input.id_or_token, "RecordActivityTaskHeartbeat", {
+            "details": self.client.data_converter.encode(list(input.details))})
+        if record.get("cancel_requested"):
+            raise AsyncActivityCancelledError(f"activity {record.get('activity_id') or ''!r} was asked to cancel")
+
+    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+        await self._answer(input.id_or_token, "RespondActivityTaskCompleted", {
+            "result": self.client.data_converter.encode([input.result])})
+
+    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
+        if input.last_heartbeat_details:
+            await self._answer(input.id_or_token, "RecordActivityTaskHeartbeat", {
+                "details": self.client.data_converter.encode(list(input.last_heartbeat_details))})
+        await self._answer(input.id_or_token, "RespondActivityTaskFailed", {
+            "failure": self.client.data_converter.encode_failure(input.error)})
+
+    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
+        await self._answer(input.id_or_token, "RespondActivityTaskCanceled", {
+            "details": self.client.data_converter.encode(list(input.details))})
+
+    async def _answer(self, id_or_token: AsyncActivityIDReference | bytes, name: str, body: Record) -> Record:
+        client = self.client
+        attempt = await self._attempt(id_or_token)
+        reply_type, record = await client.service.send(
+            attempt["namespace"], attempt["workflow_id"], attempt["run_id"], (command_type(name), {
+                "scheduled_event_id": attempt["scheduled_event_id"], "attempt": attempt["attempt"], **body}),
+            uuid.uuid4().hex, client.identity)
+        if reply_type == REJECTED:  # a stale token: the attempt timed out, was answered, or the run closed
+            raise exc.RPCError(record["message"], code=record["code"], status=404)
+        return {"activity_id": attempt["activity_id"], **record}
+
+    async def _attempt(self, id_or_token: AsyncActivityIDReference | bytes) -> Record:
+        """The attempt to answer: the token's, or the activity's pending attempt (found by its id)."""
+        if isinstance(id_or_token, bytes):
+            return parse_task_token(id_or_token)
+        client, ref = self.client, id_or_token
+        state = await client.service.describe(client.namespace, ref.workflow_id, ref.run_id or "")
+        pending = [a for a in (state or {}).get("activities", []) if a["activity_id"] == ref.activity_id]
+        if state is None or not pending:
+            raise exc.RPCError(f"workflow {ref.workflow_id!r} has no pending activity {ref.activity_id!r}",
+                               status=404, code="not_found")
+        return {"namespace": client.namespace, "workflow_id": ref.workflow_id, "run_id": state["run_id"],
+                "activity_id": ref.activity_id, "scheduled_event_id": pending[0]["scheduled_event_id"],
+                "attempt": pending[0]["attempt"]}
+
+    async def _send(self, workflow_id: str, run_id: str | None, name: str, body: Record) -> None:
+        client = self.client
+        reply_type, record = await client.service.send(client.namespace, workflow_id, run_id or "",
+                                                       (command_type(name), body), uuid.uuid4().hex, client.identity)
+        if reply_type == REJECTED:
+            raise exc.RPCError(record["message"], code=record["code"],
+                               status=404 if record["code"] == "NOT_FOUND" else 400)
+
+
 class Client:
     def __init__(self, service: ClientTransport, *, namespace: str = "default",
-                 data_converter: DataConverter = DEFAULT, identity: str = "") -> None:
+                 data_converter: DataConverter = DEFAULT, identity: str = "",
+                 interceptors: Sequence[Interceptor] = ()) -> None:
         self.service = service
         self.namespace = namespace
         self.data_converter = data_converter
         self.identity = identity or f"client-{uuid.uuid4().hex[:8]}"
+        self.interceptors = list(interceptors)
+        impl: OutboundInterceptor = _ClientImpl(self)
+        for interceptor in reversed(self.interceptors):
+            impl = interceptor.intercept_client(impl)
+        self._impl = impl
 
     @classmethod
     async def connect(cls, target: str, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
-                      identity: str = "", api_key: str | None = None) -> Client:
-        """A client of the server at `target` (e.g. "http://127.0.0.1:7243"); `api_key` when the server has auth."""
+                      identity: str = "", api_key: str | None = None,
+                      interceptors: Sequence[Interceptor] = ()) -> Client:
+        """A client of the server at `target` (e.g. "http://127.0.0.1:7243"); `api_key` when the server has auth.
+        `interceptors` wrap the client's calls, the first outermost; those that are also `ostinato.worker`
+        interceptors apply to the workers built from this client too (Temporal's rule)."""
         from ostinato.sdk._http import HttpService
 
         service = await HttpService.connect(target, api_key=api_key)
-        return cls(service, namespace=namespace, data_converter=data_converter, identity=identity)
+        return cls(service, namespace=namespace, data_converter=data_converter, identity=identity,
+                   interceptors=interceptors)
 
     async def close(self) -> None:
         """Release the connections of the client's transport. Optional, as with Temporal's client (which has no
@@ -189,22 +605,10 @@ class Client:
         cron, UTC) starts a run at each of its times, the first one included, until the workflow is terminated or
         canceled. The handle's `result()` follows such a chain to its final outcome."""
         name, hint = _workflow_name(workflow)
-        body = _start_body(self.data_converter, name, defs.call_arguments(args_, args), task_queue=task_queue,
-                           execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
-                           id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
-                           retry_policy=retry_policy, memo=memo, search_attributes=search_attributes,
-                           cron_schedule=cron_schedule)
-        reply = await self.service.send(self.namespace, id, "", (command_type("StartWorkflowExecution"), body),
-                                        request_id or uuid.uuid4().hex, self.identity)
-        name_, record = reply
-        if name_ == REJECTED:
-            if record["code"] == "ALREADY_STARTED":
-                raise exc.WorkflowAlreadyStartedError(id, name, str(record["existing_run_id"]))
-            raise exc.RPCError(record["message"], code=record["code"])
-        # An existing run (USE_EXISTING) may have continued from another: its chain's first run is not known here.
-        return WorkflowHandle(self, id, run_id=record["run_id"],
-                              first_execution_run_id=record["run_id"] if record["started"] else "",
-                              result_type=result_type or hint)
+        return await self._impl.start_workflow(StartWorkflowInput(
+            name, defs.call_arguments(args_, args), id, task_queue, execution_timeout, run_timeout, task_timeout,
+            id_reuse_policy, id_conflict_policy, retry_policy, memo, search_attributes, {},
+            ret_type=result_type or hint, request_id=request_id, cron_schedule=cron_schedule))
 
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, *args: Any, **options: Any) -> Any:
         """Start a workflow and wait for its result."""
@@ -220,31 +624,10 @@ class Client:
         then gives the run."""
         op = start_workflow_operation
         name, update_args, hint = _update_call(update, arg, args)
-        update_id = id or str(uuid.uuid4())
-        body = {"start": op.body(self.data_converter), "update": {
-            "update_id": update_id, "name": name, "input": self.data_converter.encode(update_args), "header": {},
-            "first_execution_run_id": ""}}
-        try:
-            reply_type, record = await self.service.send(
-                self.namespace, op.id, "", (command_type("UpdateWithStartWorkflowExecution"), body),
-                op.request_id or uuid.uuid4().hex, self.identity)
-        except BaseException as error:
-            op._set_failed(error)
-            raise
-        if reply_type == REJECTED:
-            refused: exc.OstinatoError = exc.WorkflowAlreadyStartedError(
-                op.id, op.workflow_name, str(record["existing_run_id"])) if record["code"] == "ALREADY_STARTED" \
-                else exc.RPCError(record["message"], code=record["code"])
-            op._set_failed(refused)
-            raise refused
-        workflow = WorkflowHandle(self, op.id, run_id=record["run_id"],
-                                  first_execution_run_id=record["run_id"] if record["started"] else "",
-                                  result_type=op.result_type)
-        op._set_handle(workflow)
-        handle = WorkflowUpdateHandle(self, update_id, name, op.id, workflow_run_id=record["run_id"],
-                                      result_type=result_type or hint)
-        await handle._wait(wait_for_stage)
-        return handle
+        return await self._impl.start_update_with_start_workflow(StartWorkflowUpdateWithStartInput(
+            op.start_input(),
+            UpdateWithStartUpdateWorkflowInput(id, name, update_args, wait_for_stage, {}, ret_type=result_type or hint),
+            op._set_handle, op._set_failed))
 
     async def execute_update_with_start_workflow(
             self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *, start_workflow_operation:
@@ -262,12 +645,10 @@ class Client:
         (`activity.info().task_token`), or by `workflow_id` + `activity_id` (and `run_id`; the current run if
         none), in which case the attempt answered is the one pending when the handle is used."""
         if task_token is not None:
-            return AsyncActivityHandle(self, parse_task_token(task_token))
+            return AsyncActivityHandle(self, task_token)
         if not workflow_id or not activity_id:
             raise ValueError("give task_token, or workflow_id and activity_id")
-        return AsyncActivityHandle(self, {"namespace": self.namespace, "workflow_id": workflow_id,
-                                          "run_id": run_id or "", "activity_id": activity_id,
-                                          "scheduled_event_id": 0, "attempt": 0})
+        return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id, run_id, activity_id))
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
@@ -285,19 +666,13 @@ class Client:
         keys = (SearchAttributeKey.from_metadata_type(name, sa_type) for name, sa_type in sorted(found.items()))
         return [k for k in keys if k is not None]
 
-    async def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
+    def list_workflows(self, query: str = "", *, page_size: int = 100) -> AsyncIterator[WorkflowExecution]:
         """Runs matching a visibility query (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`), page by
         page. Visibility trails the engine by a moment: a run just started may not be listed yet."""
-        token = ""
-        while True:
-            rows, token = await self.service.list_page(self.namespace, query, page_size, token)
-            for row in rows:
-                yield WorkflowExecution.from_row(row)
-            if not token:
-                return
+        return self._impl.list_workflows(ListWorkflowsInput(query, page_size))
 
     async def count_workflows(self, query: str = "") -> int:
-        return int(await self.service.count(self.namespace, query))
+        return await self._impl.count_workflows(CountWorkflowsInput(query))
 
 
 class WorkflowHandle:
@@ -339,38 +714,24 @@ class WorkflowHandle:
 
     async def signal(self, signal: str | Callable[..., Any], *args: Any) -> None:
         name = signal if isinstance(signal, str) else getattr(signal, defs.SIGNAL_ATTR, signal.__name__)
-        await self._send("SignalWorkflowExecution", {
-            "signal_name": name, "input": self.client.data_converter.encode(args), "header": {}, "external": None})
+        await self.client._impl.signal_workflow(SignalWorkflowInput(self.id, self.run_id, name, args, {}))
 
     async def query(self, query: str | Callable[..., Any], *args: Any, result_type: Any = None,
                     timeout: timedelta = timedelta(seconds=10)) -> Any:
         name = query if isinstance(query, str) else getattr(query, defs.QUERY_ATTR, query.__name__)
         if result_type is None and not isinstance(query, str):
             result_type = defs._hints(query).get("return")
-        converter = self.client.data_converter
-        reply_type, record = await self.client.service.query(
-            self.client.namespace, self.id, self.run_id, name, converter.encode(args), timeout)
-        if reply_type == REJECTED:
-            raise exc.QueryRejectedError(record["message"])
-        if record.get("failure"):
-            raise exc.QueryRejectedError(converter.decode_failure(record["failure"]).message)
-        return converter.decode_one(record["result"], result_type)
+        return await self.client._impl.query_workflow(QueryWorkflowInput(
+            self.id, self.run_id, name, args, {}, ret_type=result_type, rpc_timeout=timeout))
 
     async def cancel(self, reason: str = "") -> None:
-        await self._send("RequestCancelWorkflowExecution", {"reason": reason, "external": None,
-                                                            "first_execution_run_id": ""})
+        await self.client._impl.cancel_workflow(CancelWorkflowInput(self.id, self.run_id, "", reason))
 
     async def terminate(self, reason: str = "") -> None:
-        await self._send("TerminateWorkflowExecution", {"reason": reason, "details": [],
-                                                        "first_execution_run_id": ""})
+        await self.client._impl.terminate_workflow(TerminateWorkflowInput(self.id, self.run_id, "", [], reason))
 
     async def describe(self) -> WorkflowExecutionDescription:
-        state = await self.client.service.describe(self.client.namespace, self.id, self.run_id)
-        if state is None:
-            raise exc.RPCError(f"no workflow {self.id!r}", status=404, code="not_found")
-        return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
-                                            state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
-                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+        return await self.client._impl.describe_workflow(DescribeWorkflowInput(self.id, self.run_id))
 
     async def redrive(self, reason: str = "") -> list[Record]:
         """Have the engine decide this run's quarantined commands again (see `describe().quarantined`), after an
@@ -388,12 +749,15 @@ class WorkflowHandle:
         outcomes: list[Record] = record["outcomes"]
         return outcomes
 
-    async def fetch_history(self) -> list[Record]:
-        return await self.client.service.history(self.client.namespace, self.id, self.run_id)
+    async def fetch_history(self) -> WorkflowHistory:
+        """The run's history (a `WorkflowHistory`: the list of its events, with workflow and run ids), for
+        `Replayer.replay_workflow` or a look at what happened."""
+        return WorkflowHistory(self.id, [event async for event in self.fetch_history_events()], self.run_id)
 
     async def fetch_history_events(self) -> AsyncIterator[Record]:
         """The run's history events one by one (Temporal's name; the page size is the transport's)."""
-        for event in await self.fetch_history():
+        async for event in self.client._impl.fetch_workflow_history_events(
+                FetchWorkflowHistoryEventsInput(self.id, self.run_id)):
             yield event
 
     @property
@@ -410,19 +774,9 @@ class WorkflowHandle:
         if wait_for_stage == WorkflowUpdateStage.ADMITTED:
             raise ValueError("wait_for_stage ADMITTED is not supported (as in Temporal): use ACCEPTED or COMPLETED")
         name, update_args, hint = _update_call(update, arg, args)
-        update_id = id or str(uuid.uuid4())
-        reply_type, record = await self.client.service.send(
-            self.client.namespace, self.id, self.run_id, (command_type("UpdateWorkflowExecution"), {
-                "update_id": update_id, "name": name, "input": self.client.data_converter.encode(update_args),
-                "header": {}, "first_execution_run_id": self.first_execution_run_id}),
-            uuid.uuid4().hex, self.client.identity)
-        if reply_type == REJECTED:
-            raise exc.RPCError(record["message"], code=record["code"],
-                               status=404 if record["code"] == "NOT_FOUND" else 400)
-        handle = WorkflowUpdateHandle(self.client, update_id, name, self.id, workflow_run_id=record["run_id"],
-                                      result_type=result_type or hint)
-        await handle._wait(wait_for_stage, rpc_timeout)
-        return handle
+        return await self.client._impl.start_workflow_update(StartWorkflowUpdateInput(
+            self.id, self.run_id, self.first_execution_run_id, id or str(uuid.uuid4()), name, update_args,
+            wait_for_stage, {}, ret_type=result_type or hint, rpc_timeout=rpc_timeout))
 
     async def execute_update(self, update: str | Callable[..., Any], arg: Any = _NO_ARG, *,
                              args: Sequence[Any] | None = None, id: str | None = None,
@@ -447,69 +801,45 @@ class WorkflowHandle:
         handle.name = name
         return handle
 
-    async def _send(self, name: str, body: Record) -> None:
-        reply_type, record = await self.client.service.send(self.client.namespace, self.id, self.run_id,
-                                                            (command_type(name), body), uuid.uuid4().hex,
-                                                            self.client.identity)
-        if reply_type == REJECTED:
-            raise exc.RPCError(record["message"], code=record["code"],
-                               status=404 if record["code"] == "NOT_FOUND" else 400)
-
 
 class AsyncActivityCancelledError(exc.OstinatoError):
     """A heartbeat of an asynchronously completed activity learnt that its workflow asked it to stop: report the
     cancellation (`report_cancellation`) or complete it anyway."""
 
 
+@dataclass(frozen=True)
+class AsyncActivityIDReference:
+    """An activity named by its workflow and id rather than a task token (the attempt pending when used)."""
+
+    workflow_id: str
+    run_id: str | None
+    activity_id: str
+
+
 class AsyncActivityHandle:
     """An activity attempt answered from outside its worker (Temporal's async activity completion)."""
 
-    def __init__(self, client: Client, attempt: Record) -> None:
+    def __init__(self, client: Client, id_or_token: AsyncActivityIDReference | bytes) -> None:
         self.client = client
-        self._attempt = attempt
+        self._id_or_token = id_or_token
+        if isinstance(id_or_token, bytes):
+            parse_task_token(id_or_token)  # a malformed token fails here, not at first use
 
     async def complete(self, result: Any = None) -> None:
-        await self._send("RespondActivityTaskCompleted", {"result": self.client.data_converter.encode([result])})
+        await self.client._impl.complete_async_activity(CompleteAsyncActivityInput(self._id_or_token, result))
 
     async def fail(self, error: Exception, *, last_heartbeat_details: Sequence[Any] = ()) -> None:
-        if last_heartbeat_details:
-            await self.heartbeat(*last_heartbeat_details)
-        await self._send("RespondActivityTaskFailed", {"failure": self.client.data_converter.encode_failure(error)})
+        await self.client._impl.fail_async_activity(FailAsyncActivityInput(self._id_or_token, error,
+                                                                           last_heartbeat_details))
 
     async def report_cancellation(self, *details: Any) -> None:
-        await self._send("RespondActivityTaskCanceled", {"details": self.client.data_converter.encode(details)})
+        await self.client._impl.report_cancellation_async_activity(
+            ReportCancellationAsyncActivityInput(self._id_or_token, details))
 
     async def heartbeat(self, *details: Any) -> None:
         """Record progress (the attempt's heartbeat timeout counts from here); AsyncActivityCancelledError when the
         workflow asked the activity to stop."""
-        record = await self._send("RecordActivityTaskHeartbeat", {
-            "details": self.client.data_converter.encode(details)})
-        if record.get("cancel_requested"):
-            raise AsyncActivityCancelledError(f"activity {self._attempt['activity_id']!r} was asked to cancel")
-
-    async def _send(self, name: str, body: Record) -> Record:
-        attempt = await self._resolved()
-        reply_type, record = await self.client.service.send(
-            attempt["namespace"], attempt["workflow_id"], attempt["run_id"], (command_type(name), {
-                "scheduled_event_id": attempt["scheduled_event_id"], "attempt": attempt["attempt"], **body}),
-            uuid.uuid4().hex, self.client.identity)
-        if reply_type == REJECTED:  # a stale token: the attempt timed out, was answered, or the run closed
-            raise exc.RPCError(record["message"], code=record["code"], status=404)
-        answer: Record = record
-        return answer
-
-    async def _resolved(self) -> Record:
-        """The attempt to answer: the token's, or the activity's pending attempt (found by its id)."""
-        attempt = self._attempt
-        if attempt["scheduled_event_id"]:
-            return attempt
-        state = await self.client.service.describe(attempt["namespace"], attempt["workflow_id"], attempt["run_id"])
-        pending = [a for a in (state or {}).get("activities", []) if a["activity_id"] == attempt["activity_id"]]
-        if not pending:
-            raise exc.RPCError(f"workflow {attempt['workflow_id']!r} has no pending activity "
-                               f"{attempt['activity_id']!r}", status=404, code="not_found")
-        return {**attempt, "run_id": state["run_id"] if state else attempt["run_id"],
-                "scheduled_event_id": pending[0]["scheduled_event_id"], "attempt": pending[0]["attempt"]}
+        await self.client._impl.heartbeat_async_activity(HeartbeatAsyncActivityInput(self._id_or_token, details))
 
 
 class WorkflowUpdateStage(IntEnum):
@@ -619,7 +949,16 @@ class WithStartWorkflowOperation:
         self._handle: asyncio.Future[WorkflowHandle] | None = None
 
     def body(self, converter: DataConverter) -> Record:
-        return _start_body(converter, self.workflow_name, self._arguments, **self._options)
+        return _start_input_body(converter, self.start_input())
+
+    def start_input(self) -> UpdateWithStartStartWorkflowInput:
+        """The start as the client's interceptors see it (`start_workflow_input` of the update-with-start)."""
+        o = self._options
+        return UpdateWithStartStartWorkflowInput(
+            self.workflow_name, self._arguments, self.id, o["task_queue"], o["execution_timeout"], o["run_timeout"],
+            o["task_timeout"], o["id_reuse_policy"], o["id_conflict_policy"], o["retry_policy"], o["memo"],
+            o["search_attributes"], {}, ret_type=self.result_type, request_id=self.request_id,
+            cron_schedule=o["cron_schedule"])
 
     def _future(self) -> asyncio.Future[WorkflowHandle]:
         if self._handle is None:
@@ -657,8 +996,9 @@ def _update_call(update: str | Callable[..., Any], arg: Any, args: Sequence[Any]
 def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *, task_queue: str,
                 execution_timeout: timedelta | None, run_timeout: timedelta | None, task_timeout: timedelta | None,
                 id_reuse_policy: WorkflowIDReusePolicy | str, id_conflict_policy: WorkflowIDConflictPolicy | str,
-                retry_policy: RetryPolicy | None, memo: dict[str, Any] | None,
-                search_attributes: TypedSearchAttributes | dict[str, Any] | None, cron_schedule: str = "") -> Record:
+                retry_policy: RetryPolicy | None, memo: Mapping[str, Any] | None,
+                search_attributes: TypedSearchAttributes | Mapping[str, Any] | None, cron_schedule: str = "",
+                headers: Mapping[str, Payload] | None = None) -> Record:
     return {
         "workflow_type": name, "task_queue": task_queue, "input": converter.encode(list(arguments)),
         "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
@@ -667,8 +1007,17 @@ def _start_body(converter: DataConverter, name: str, arguments: Sequence[Any], *
         "retry_policy": None if retry_policy is None else retry_policy.to_record(),
         "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
         "search_attributes": to_payloads(search_attributes, lambda v: converter.encode([v])[0], stacklevel=4),
-        "header": {}, "parent": None, "cron_schedule": cron_schedule,
+        "header": header_records(headers or {}), "parent": None, "cron_schedule": cron_schedule,
     }
+
+
+def _start_input_body(converter: DataConverter, input: StartWorkflowInput) -> Record:
+    return _start_body(converter, input.workflow, input.args, task_queue=input.task_queue,
+                       execution_timeout=input.execution_timeout, run_timeout=input.run_timeout,
+                       task_timeout=input.task_timeout, id_reuse_policy=input.id_reuse_policy,
+                       id_conflict_policy=input.id_conflict_policy, retry_policy=input.retry_policy,
+                       memo=input.memo, search_attributes=input.search_attributes, headers=input.headers,
+                       cron_schedule=input.cron_schedule)
 
 
 def _workflow_name(workflow: type | Callable[..., Any] | str) -> tuple[str, Any]:

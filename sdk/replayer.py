@@ -3,8 +3,9 @@ deploying changed workflow code)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._definitions import definition_of
 from ostinato.sdk._instance import WorkflowInstance
+from ostinato.sdk._workflow_worker import intercepted
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.interceptor import Interceptor, workflow_interceptor_classes
 
 Record = dict[str, Any]
 
@@ -40,10 +43,104 @@ class ReplayResults:
         return f"{len(self.results)} histories replayed, {len(self.failed)} non-deterministic"
 
 
+class WorkflowHistory(list[Record]):
+    """A run's history (Temporal's `WorkflowHistory`): its events, in order, with the workflow id and run id. It is
+    the list of event records itself, so code that treats `handle.fetch_history()` as a list keeps working."""
+
+    def __init__(self, workflow_id: str, events: Iterable[Record], run_id: str = "") -> None:
+        super().__init__(events)
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+
+    @property
+    def events(self) -> list[Record]:
+        return list(self)
+
+    @classmethod
+    def from_json(cls, workflow_id: str, history: str | dict[str, Any] | list[Any]) -> WorkflowHistory:
+        """A history saved as JSON: `ostinato workflow show -o json`, `save_history`, `to_json()` (an object with
+        `events`), or a bare list of events. Ostinato's event records, not Temporal's protobuf JSON."""
+        data = json.loads(history) if isinstance(history, str) else history
+        if isinstance(data, list):
+            return cls(workflow_id, load_events(data))
+        if not isinstance(data, dict) or not isinstance(data.get("events"), list):
+            raise ValueError("a JSON history is a list of events or an object with an `events` list")
+        return cls(workflow_id, load_events(data["events"]), str(data.get("run_id") or ""))
+
+    def to_json(self) -> str:
+        return json.dumps({"workflow_id": self.workflow_id, "run_id": self.run_id, "events": _jsonable(list(self))})
+
+
+@dataclass(frozen=True)
+class WorkflowReplayResult:
+    history: WorkflowHistory
+    replay_failure: Exception | None  # a NondeterminismError when the code no longer matches the history
+
+
+@dataclass(frozen=True)
+class WorkflowReplayResults:
+    replay_failures: dict[str, Exception]  # by run id (the workflow id for a history without one)
+
+
 class Replayer:
-    def __init__(self, *, workflows: Sequence[type], data_converter: DataConverter = DEFAULT) -> None:
+    """Runs workflow code against recorded histories (Temporal's names: `replay_workflow`, `replay_workflows`).
+
+    Args:
+        workflows: the `@workflow.defn` classes the histories run.
+        data_converter: the namespace's converter.
+        interceptors: worker interceptors, which replay sees as a worker would.
+    """
+
+    def __init__(self, *, workflows: Sequence[type], data_converter: DataConverter = DEFAULT,
+                 interceptors: Sequence[Interceptor] = (), namespace: str = "default") -> None:
         self.definitions = {definition_of(w).name: definition_of(w) for w in workflows}
         self.converter = data_converter
+        self.interceptor_classes = workflow_interceptor_classes(interceptors)
+        self.namespace = namespace
+
+    async def replay_workflow(self, history: WorkflowHistory, *,
+                              raise_on_replay_failure: bool = True) -> WorkflowReplayResult:
+        """Replay one run; raises its NondeterminismError unless `raise_on_replay_failure` is False (then the result
+        carries it)."""
+        outcome = self.replay(list(history), workflow_id=history.workflow_id, run_id=history.run_id or "replay",
+                              namespace=self.namespace)
+        failure = outcome.failure
+        if failure is not None and not isinstance(failure, Exception):
+            failure = exc.NondeterminismError(f"replay failed: {failure!r}")
+        if failure is not None and raise_on_replay_failure:
+            raise failure
+        return WorkflowReplayResult(history, failure)
+
+    async def replay_workflows(self, histories: Iterable[WorkflowHistory] | AsyncIterator[WorkflowHistory], *,
+                               raise_on_replay_failure: bool = True) -> WorkflowReplayResults:
+        """Replay several runs; the first failure raises unless `raise_on_replay_failure` is False, in which case
+        every history is replayed and the failures are returned by run id."""
+        failures: dict[str, Exception] = {}
+        async with self.workflow_replay_iterator(histories) as results:
+            async for result in results:
+                if result.replay_failure is not None:
+                    if raise_on_replay_failure:
+                        raise result.replay_failure
+                    history = result.history
+                    failures[history.run_id or history.workflow_id] = result.replay_failure
+        return WorkflowReplayResults(failures)
+
+    @contextlib.asynccontextmanager
+    async def workflow_replay_iterator(
+            self, histories: Iterable[WorkflowHistory] | AsyncIterator[WorkflowHistory],
+    ) -> AsyncIterator[AsyncIterator[WorkflowReplayResult]]:
+        """`async with replayer.workflow_replay_iterator(histories) as results: async for result in results:`, each
+        history's result as it is replayed (failures in the results, never raised), as Temporal has it."""
+
+        async def each() -> AsyncIterator[WorkflowReplayResult]:
+            if isinstance(histories, AsyncIterator):
+                async for history in histories:
+                    yield await self.replay_workflow(history, raise_on_replay_failure=False)
+            else:
+                for history in histories:
+                    yield await self.replay_workflow(history, raise_on_replay_failure=False)
+
+        yield each()
 
     def replay(self, events: list[Record], *, workflow_id: str = "replay", run_id: str = "replay",
                namespace: str = "default") -> ReplayResult:
@@ -55,7 +152,8 @@ class Replayer:
         if definition is None:
             return ReplayResult(workflow_id, run_id, exc.NondeterminismError(
                 f"workflow type {workflow_type!r} is not among the replayer's workflows"))
-        instance = WorkflowInstance(definition, namespace, workflow_id, run_id, self.converter)
+        instance = intercepted(WorkflowInstance(definition, namespace, workflow_id, run_id, self.converter),
+                               self.interceptor_classes)
         outcome = instance.process(events, None)
         return ReplayResult(workflow_id, run_id, outcome.failure)
 

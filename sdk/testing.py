@@ -12,11 +12,18 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import os
+import shutil
+import socket
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from ostinato.schemas import wire
@@ -24,6 +31,7 @@ from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import CLOSING_EVENTS, Body, ClientTransport, ServedWorker, WorkerTransport
 from ostinato.sdk.activity import ActivityContext, ActivityInfo, set_context
 from ostinato.sdk.client import Client
+from ostinato.sdk.client import Interceptor as ClientInterceptor
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.sdk.search_attributes import SearchAttributeKey
 from ostinato.streams.clock import FakeClock
@@ -83,9 +91,9 @@ class EngineService(ClientTransport):
         return dict(self.engine.config.search_attributes or {})
 
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
-                    timeout: timedelta) -> Body:
+                    timeout: timedelta, *, header: Mapping[str, Record] | None = None) -> Body:
         request_id = self.engine.query(namespace, workflow_id, query_type, args, run_id=run_id,
-                                       timeout_ms=int(timeout.total_seconds() * 1000))
+                                       timeout_ms=int(timeout.total_seconds() * 1000), header=header)
         deadline = time.monotonic() + timeout.total_seconds()
         while time.monotonic() < deadline:
             reply = self.engine.reply(request_id)
@@ -225,17 +233,20 @@ class WorkflowEnvironment:
     async def start_time_skipping(cls, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
                                   shards: int = 1, start_time: datetime | None = None,
                                   search_attributes: Sequence[SearchAttributeKey[Any]] | None = None,
-                                  ) -> WorkflowEnvironment:
+                                  interceptors: Sequence[ClientInterceptor] = ()) -> WorkflowEnvironment:
         """An in-memory engine with virtual time. `search_attributes` registers custom attributes (as temporalio's
         `start_local` does): then unregistered ones and wrong types are refused as on a cluster; without it (and
-        until `client.add_search_attributes`) nothing is checked."""
+        until `client.add_search_attributes`) nothing is checked. `interceptors` are the client's
+        (`Client.connect(interceptors=...)`): workers built from `env.client` use those that are worker
+        interceptors too."""
         clock = FakeClock() if start_time is None else FakeClock(int(start_time.timestamp() * 1000))
         engine = InMemoryEngine(shards=shards, clock=clock)
         service = EngineService(engine)
         if search_attributes is not None:
             await service.add_search_attributes(namespace, {
                 k.name: k.indexed_value_type.metadata_type for k in search_attributes})
-        return cls(engine, service, Client(service, namespace=namespace, data_converter=data_converter))
+        return cls(engine, service, Client(service, namespace=namespace, data_converter=data_converter,
+                                           interceptors=interceptors))
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.engine.clock.now_ms / 1000, UTC)
@@ -271,6 +282,29 @@ class WorkflowEnvironment:
             self.engine.advance(min(target, due) - now if due is not None and due > now else target - now)
         await asyncio.sleep(IDLE_S)
 
+    @classmethod
+    async def start_local(cls, *, namespace: str = "default", data_converter: DataConverter = DEFAULT,
+                          interceptors: Sequence[ClientInterceptor] = (), shards: int = 1,
+                          startup_timeout: timedelta = timedelta(minutes=3)) -> WorkflowEnvironment:
+        """A real local engine, for tests that want the real thing: what `ostinato dev` runs (a Kafka broker, an
+        initialised cluster, the server), in a temporary directory on free ports, and a client connected to it
+        (`env.client`; workers built from it use Kafka). Time is real: nothing skips. `shutdown()` (or leaving
+        `async with`) stops everything and deletes its data. With `OSTINATO_KAFKA` set, that broker is used
+        instead of starting one (under a topic prefix of the environment's own).
+
+        Raises:
+            RuntimeError: Java 17+ or the Kafka jars (`ostinato infra kafka fetch`) are missing, or the engine did
+                not start; the message says which and how to fix it.
+        """
+        local = await LocalEngine.start(shards, startup_timeout)
+        try:
+            client = await Client.connect(local.url, namespace=namespace, data_converter=data_converter,
+                                          interceptors=interceptors)
+        except BaseException:
+            await local.stop()
+            raise
+        return LocalEnvironment(local, client)
+
     async def shutdown(self) -> None:
         pass
 
@@ -279,6 +313,123 @@ class WorkflowEnvironment:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
+
+
+class LocalEngine:
+    """An `ostinato dev` of the environment's own, driven through the command line (the SDK does not import the
+    services): `dev --detach` into a temporary home, `dev stop --wipe` at the end."""
+
+    def __init__(self, home: Path, url: str) -> None:
+        self.home = home
+        self.url = url
+
+    @classmethod
+    async def start(cls, shards: int, timeout: timedelta) -> LocalEngine:
+        external = os.environ.get("OSTINATO_KAFKA")
+        if not external:
+            _check_java()
+        home = Path(tempfile.mkdtemp(prefix="ostinato-local-"))
+        kafka_port = _free_port(consecutive=2)  # the broker's controller listens on the next port
+        api_port = _free_port()
+        engine = cls(home, f"http://127.0.0.1:{api_port}")
+        argv = [sys.executable, "-m", "ostinato", "dev", "--detach", "--home", str(home), "--port", str(api_port),
+                "--kafka-port", str(kafka_port), "--shards", str(shards), "--prefix", f"local{uuid.uuid4().hex[:8]}"]
+        try:
+            code, output = await _run(argv, timeout)
+        except TimeoutError:
+            await engine.stop()
+            raise RuntimeError(f"WorkflowEnvironment.start_local(): the local engine did not start within "
+                               f"{timeout}") from None
+        except BaseException:
+            await engine.stop()
+            raise
+        if code != 0:
+            await engine.stop()
+            hint = "" if external else (" (it needs Java 17+ and Apache Kafka's jars: `ostinato infra kafka fetch` "
+                                        "downloads them; or set OSTINATO_KAFKA to a broker of your own)")
+            raise RuntimeError(f"WorkflowEnvironment.start_local(): the local engine did not start{hint}:\n"
+                               f"{output.strip()}")
+        return engine
+
+    async def stop(self) -> None:
+        try:
+            await _run([sys.executable, "-m", "ostinato", "dev", "stop", "--wipe", "--home", str(self.home)],
+                       timedelta(minutes=1))
+        finally:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+class LocalEnvironment(WorkflowEnvironment):
+    """`WorkflowEnvironment.start_local()`: a real engine in real time."""
+
+    def __init__(self, local: LocalEngine, client: Client) -> None:  # no in-memory engine here: no super()
+        self.local = local
+        self.client = client
+        self._stopped = False
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    @property
+    def supports_time_skipping(self) -> bool:
+        return False
+
+    @contextlib.contextmanager
+    def auto_time_skipping_disabled(self) -> Iterator[None]:
+        yield
+
+    async def sleep(self, duration: timedelta | float) -> None:
+        await asyncio.sleep(duration.total_seconds() if isinstance(duration, timedelta) else float(duration))
+
+    async def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            await self.client.close()
+        finally:
+            await self.local.stop()
+
+
+def _check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise RuntimeError("WorkflowEnvironment.start_local() runs a real Kafka broker, which needs Java 17+: `java` "
+                           "was not found (install a JDK 17+, e.g. `apt-get install -y openjdk-17-jdk-headless`, or "
+                           "set JAVA_HOME), or set OSTINATO_KAFKA to a broker of your own. "
+                           "WorkflowEnvironment.start_time_skipping() needs neither.")
+
+
+def _free_port(consecutive: int = 1) -> int:
+    """A port (the first of `consecutive` ones) nothing listens on now."""
+    for _ in range(100):
+        with contextlib.ExitStack() as stack:
+            first = stack.enter_context(socket.socket())
+            first.bind(("127.0.0.1", 0))
+            port: int = first.getsockname()[1]
+            try:
+                for offset in range(1, consecutive):
+                    other = stack.enter_context(socket.socket())
+                    other.bind(("127.0.0.1", port + offset))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free local ports")
+
+
+async def _run(argv: list[str], timeout: timedelta) -> tuple[int, str]:
+    """Run a command; its exit code and output (stdout and stderr together)."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout.total_seconds())
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(errors="replace")
 
 
 class ActivityEnvironment:

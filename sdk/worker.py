@@ -20,10 +20,14 @@ from ostinato.sdk._local_activities import LocalActivityRunner
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
 from ostinato.sdk.activity_executor import ActivityExecutor
 from ostinato.sdk.client import Client
-from ostinato.sdk.replayer import Replayer
+from ostinato.sdk.interceptor import *  # noqa: F403 - Temporal exports the interceptor classes from `worker`
+from ostinato.sdk.interceptor import Interceptor
+from ostinato.sdk.interceptor import __all__ as _interceptor_names
+from ostinato.sdk.replayer import Replayer, WorkflowHistory, WorkflowReplayResult, WorkflowReplayResults
 from ostinato.sdk.workflow_sandbox import UnsandboxedWorkflowRunner, WorkflowRunner
 
-__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkflowRunner"]
+__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkflowHistory", "WorkflowReplayResult",
+           "WorkflowReplayResults", "WorkflowRunner", *_interceptor_names]
 log = logging.getLogger("ostinato.worker")
 
 
@@ -52,6 +56,8 @@ class Worker:
             `ssl.*`), over those of the environment (`OSTINATO_KAFKA_CONFIG`, `OSTINATO_KAFKA_<PROPERTY>`); e.g.
             `{"security.protocol": "SASL_SSL", "sasl.username": "orders-worker", "sasl.password": ...}`. The server
             never hands out credentials: each worker brings its own (docs/security.md).
+        interceptors: worker interceptors (`ostinato.worker.Interceptor`), after those of the client that are worker
+            interceptors too, as in Temporal; the first is outermost.
     """
 
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
@@ -60,7 +66,7 @@ class Worker:
                  kafka_config: Mapping[str, str] | None = None, activity_executor: Executor | None = None,
                  max_concurrent_workflow_tasks: int = 100, max_concurrent_local_activities: int = 100,
                  graceful_shutdown_timeout: timedelta = timedelta(), workflow_runner: WorkflowRunner | None = None,
-                 ) -> None:
+                 interceptors: Sequence[Interceptor] = ()) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
         if isinstance(activity_executor, ProcessPoolExecutor):
@@ -75,15 +81,17 @@ class Worker:
         self.graceful_shutdown_timeout = graceful_shutdown_timeout
         self.workflow_runner = workflow_runner or UnsandboxedWorkflowRunner()
         self.kafka_config = dict(kafka_config or {})
+        self.interceptors = [i for i in client.interceptors if isinstance(i, Interceptor)] + list(interceptors)
         # `activity_executor` is Temporal's keyword (the thread pool); the attribute is the executor of tasks.
         self.activity_executor = ActivityExecutor(
             activities, client.data_converter, identity=self.identity, client=client,
-            thread_pool=activity_executor) if activities else None
+            thread_pool=activity_executor, interceptors=self.interceptors) if activities else None
         local_activities = LocalActivityRunner(self.activity_executor, client.data_converter,
                                                max_concurrent_local_activities)
         self.workflow_handler = WorkflowTaskHandler(
             workflows, client.data_converter, max_cached=max_cached_workflows, identity=self.identity,
-            local_activities=local_activities, max_concurrent=max_concurrent_workflow_tasks) if workflows else None
+            local_activities=local_activities, max_concurrent=max_concurrent_workflow_tasks,
+            interceptors=self.interceptors) if workflows else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 

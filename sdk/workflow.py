@@ -19,12 +19,13 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMappi
 from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
-from typing import Any, TypeVar, cast, overload
+from typing import Any, NoReturn, TypeVar, cast, overload
 
 from ostinato.sdk import _context
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import _instance as runtime
 from ostinato.sdk import exceptions as exc
+from ostinato.sdk import interceptor as icpt
 from ostinato.sdk._instance import ContinueAsNew, ReadOnlyContextError, WorkflowInfo
 from ostinato.sdk._wait import as_completed, wait
 from ostinato.sdk.common import RetryPolicy, to_ms
@@ -249,9 +250,13 @@ def all_handlers_finished() -> bool:
 # -- the running workflow ---------------------------------------------------------------------------------------
 
 def info() -> WorkflowInfo:
-    instance = runtime.current()
-    assert instance.info is not None
-    return instance.info
+    return _outbound(runtime.current()).info()
+
+
+def _outbound(instance: runtime.WorkflowInstance) -> icpt.WorkflowOutboundInterceptor:
+    """The run's outbound interceptor chain (its end, `OUTBOUND_ROOT`, when the worker has no interceptors)."""
+    outbound: icpt.WorkflowOutboundInterceptor = instance.outbound or OUTBOUND_ROOT
+    return outbound
 
 
 def get_last_failure() -> BaseException | None:
@@ -437,19 +442,10 @@ def continue_as_new(*args: Any, workflow: type | str | None = None, task_queue: 
     """End this run and start a fresh one of the same workflow id with `args` (history starts empty); memo and
     search attributes carry over unless given."""
     instance = runtime.current()
-    assert instance.info is not None
-    converter = instance.converter
     workflow_type = workflow if isinstance(workflow, str) else (
-        defs.definition_of(workflow).name if workflow is not None else instance.defn.name)
-    raise ContinueAsNew({
-        "workflow_type": workflow_type, "task_queue": task_queue or instance.info.task_queue,
-        "input": converter.encode(args), "run_timeout_ms": to_ms(run_timeout), "task_timeout_ms": to_ms(task_timeout),
-        "backoff_start_interval_ms": 0, "retry_policy": None,
-        "memo": None if memo is None else {k: converter.encode([v])[0] for k, v in memo.items()},
-        "search_attributes": None if search_attributes is None else to_payloads(
-            search_attributes, lambda v: converter.encode([v])[0]),
-        "header": {},
-    })
+        defs.definition_of(workflow).name if workflow is not None else None)
+    _outbound(instance).continue_as_new(icpt.ContinueAsNewInput(
+        workflow_type, args, task_queue, run_timeout, task_timeout, memo, {}, search_attributes=search_attributes))
 
 
 def upsert_search_attributes(updates: Sequence[SearchAttributeUpdate[Any]] | Mapping[str, Any]) -> None:
@@ -584,18 +580,10 @@ def start_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | st
         raise ValueError("an activity needs start_to_close_timeout or schedule_to_close_timeout")
     instance = runtime.current()
     name, hint = _activity_name(activity)
-    seq = instance.next_seq("activity")
-    body = {
-        "activity_id": activity_id or str(seq), "activity_type": name, "task_queue": task_queue or "",
-        "input": instance.converter.encode(defs.call_arguments(args_, args)), "header": {},
-        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
-        "schedule_to_start_timeout_ms": to_ms(schedule_to_start_timeout),
-        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
-        "heartbeat_timeout_ms": to_ms(heartbeat_timeout),
-        "retry_policy": None if retry_policy is None else retry_policy.to_record(),
-    }
-    return instance.loop.create_task(_Activity(instance, body, result_type or hint, cancellation_type).run(),
-                                     name=f"activity {body['activity_id']}")
+    return _outbound(instance).start_activity(icpt.StartActivityInput(
+        name, defs.call_arguments(args_, args), activity_id, task_queue, schedule_to_close_timeout,
+        schedule_to_start_timeout, start_to_close_timeout, heartbeat_timeout, retry_policy, cancellation_type, {},
+        ret_type=result_type or hint))
 
 
 async def execute_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args: Any,
@@ -883,7 +871,8 @@ class ChildWorkflowHandle:
             lambda event: self.instance.on("external", event["event_id"], resolved))
 
     async def signal(self, signal_name: str | Callable[..., Any], *args: Any) -> None:
-        await get_external_workflow_handle(self.id, self.run_id).signal(signal_name, *args)
+        name = signal_name if isinstance(signal_name, str) else getattr(signal_name, defs.SIGNAL_ATTR)
+        await _outbound(self.instance).signal_child_workflow(icpt.SignalChildWorkflowInput(name, args, self.id, {}))
 
 
 async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_: Any, id: str | None = None,
@@ -902,27 +891,17 @@ async def start_child_workflow(workflow: type | Callable[..., Any] | str, *args_
     child's failed runs and a `cron_schedule` repeats it; either way the handle resolves with the chain's final
     outcome only."""
     instance = runtime.current()
-    assert instance.info is not None
     if isinstance(workflow, str):
         name, hint = workflow, None
     else:
         definition = defs.definition_of(workflow)
         name, hint = definition.name, definition.result_hint()
+    # The id is drawn here (not in the outbound chain) so an interceptor sees the id the child gets.
     seq = instance.next_seq("child")
-    converter = instance.converter
-    body = {
-        "namespace": instance.namespace, "workflow_id": id or f"{instance.workflow_id}/child-{seq}",
-        "workflow_type": name, "task_queue": task_queue or instance.info.task_queue,
-        "input": converter.encode(defs.call_arguments(args_, args)),
-        "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-        "task_timeout_ms": to_ms(task_timeout), "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
-        "id_reuse_policy": "UNSPECIFIED", "retry_policy": None if retry_policy is None else retry_policy.to_record(),
-        "memo": {k: converter.encode([v])[0] for k, v in (memo or {}).items()},
-        "search_attributes": to_payloads(search_attributes, lambda v: converter.encode([v])[0]),
-        "header": {}, "cron_schedule": cron_schedule,
-    }
-    handle = ChildWorkflowHandle(instance, body, result_type or hint, cancellation_type)
-    await handle.started
+    handle: ChildWorkflowHandle = await _outbound(instance).start_child_workflow(icpt.StartChildWorkflowInput(
+        name, defs.call_arguments(args_, args), id or f"{instance.workflow_id}/child-{seq}", task_queue,
+        cancellation_type, parent_close_policy, execution_timeout, run_timeout, task_timeout, retry_policy, memo,
+        {}, ret_type=result_type or hint, search_attributes=search_attributes, cron_schedule=cron_schedule))
     return handle
 
 
@@ -943,10 +922,8 @@ class ExternalWorkflowHandle:
     async def signal(self, signal_name: str | Callable[..., Any], *args: Any) -> None:
         instance = runtime.current()
         name = signal_name if isinstance(signal_name, str) else getattr(signal_name, defs.SIGNAL_ATTR)
-        await self._external(instance, "SignalExternalWorkflowExecutionCommand", {
-            "namespace": self.namespace or instance.namespace,
-            "execution": {"workflow_id": self.id, "run_id": self.run_id}, "signal_name": name,
-            "input": instance.converter.encode(args), "child_workflow_only": False, "header": {}})
+        await _outbound(instance).signal_external_workflow(icpt.SignalExternalWorkflowInput(
+            name, args, self.namespace or instance.namespace, self.id, self.run_id or None, {}))
 
     async def cancel(self) -> None:
         instance = runtime.current()
@@ -976,3 +953,87 @@ def get_external_workflow_handle(workflow_id: str, run_id: str = "", *,
                                  namespace: str | None = None) -> ExternalWorkflowHandle:
     return ExternalWorkflowHandle(workflow_id, run_id, namespace)
 
+
+
+class _OutboundRoot(icpt.WorkflowOutboundInterceptor):
+    """The end of every run's outbound chain: turns the (possibly intercepted) calls into workflow commands, the
+    inputs' `headers` into the commands' header maps."""
+
+    def __init__(self) -> None:
+        pass  # the end of the chain has no next
+
+    def info(self) -> WorkflowInfo:
+        instance = runtime.current()
+        assert instance.info is not None
+        return instance.info
+
+    def start_activity(self, input: icpt.StartActivityInput) -> asyncio.Task[Any]:
+        instance = runtime.current()
+        seq = instance.next_seq("activity")
+        body = {
+            "activity_id": input.activity_id or str(seq), "activity_type": input.activity,
+            "task_queue": input.task_queue or "", "input": instance.converter.encode(list(input.args)),
+            "header": icpt.header_records(input.headers),
+            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
+            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
+            "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
+            "retry_policy": None if input.retry_policy is None else input.retry_policy.to_record(),
+        }
+        cancellation = ActivityCancellationType(input.cancellation_type)
+        return instance.loop.create_task(_Activity(instance, body, input.ret_type, cancellation).run(),
+                                         name=f"activity {body['activity_id']}")
+
+    async def start_child_workflow(self, input: icpt.StartChildWorkflowInput) -> ChildWorkflowHandle:
+        instance = runtime.current()
+        assert instance.info is not None
+        converter = instance.converter
+        body = {
+            "namespace": instance.namespace, "workflow_id": input.id, "workflow_type": input.workflow,
+            "task_queue": input.task_queue or instance.info.task_queue,
+            "input": converter.encode(list(input.args)),
+            "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+            "task_timeout_ms": to_ms(input.task_timeout),
+            "parent_close_policy": ParentClosePolicy(input.parent_close_policy).value,
+            "id_reuse_policy": "UNSPECIFIED",
+            "retry_policy": None if input.retry_policy is None else input.retry_policy.to_record(),
+            "memo": {k: converter.encode([v])[0] for k, v in (input.memo or {}).items()},
+            "search_attributes": to_payloads(input.search_attributes, lambda v: converter.encode([v])[0]),
+            "header": icpt.header_records(input.headers), "cron_schedule": input.cron_schedule,
+        }
+        handle = ChildWorkflowHandle(instance, body, input.ret_type,
+                                     ChildWorkflowCancellationType(input.cancellation_type))
+        await handle.started
+        return handle
+
+    async def signal_child_workflow(self, input: icpt.SignalChildWorkflowInput) -> None:
+        instance = runtime.current()
+        await self.signal_external_workflow(icpt.SignalExternalWorkflowInput(
+            input.signal, input.args, instance.namespace, input.child_workflow_id, None, input.headers))
+
+    async def signal_external_workflow(self, input: icpt.SignalExternalWorkflowInput) -> None:
+        instance = runtime.current()
+        await ExternalWorkflowHandle(input.workflow_id, input.workflow_run_id or "", input.namespace)._external(
+            instance, "SignalExternalWorkflowExecutionCommand", {
+                "namespace": input.namespace, "execution": {"workflow_id": input.workflow_id,
+                                                            "run_id": input.workflow_run_id or ""},
+                "signal_name": input.signal, "input": instance.converter.encode(list(input.args)),
+                "child_workflow_only": False, "header": icpt.header_records(input.headers)})
+
+    def continue_as_new(self, input: icpt.ContinueAsNewInput) -> NoReturn:
+        instance = runtime.current()
+        assert instance.info is not None
+        converter = instance.converter
+        raise ContinueAsNew({
+            "workflow_type": input.workflow or instance.defn.name,
+            "task_queue": input.task_queue or instance.info.task_queue, "input": converter.encode(list(input.args)),
+            "run_timeout_ms": to_ms(input.run_timeout), "task_timeout_ms": to_ms(input.task_timeout),
+            "backoff_start_interval_ms": 0, "retry_policy": None,
+            "memo": None if input.memo is None else {k: converter.encode([v])[0] for k, v in input.memo.items()},
+            "search_attributes": None if input.search_attributes is None else to_payloads(
+                input.search_attributes, lambda v: converter.encode([v])[0]),
+            "header": icpt.header_records(input.headers),
+        })
+
+
+OUTBOUND_ROOT = _OutboundRoot()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -434,11 +434,12 @@ class InMemoryEngine:
                           run_id=run_id, identity=identity)
 
     def query(self, namespace: str, workflow_id: str, query_type: str, args: Sequence[Record] = (), *,
-              run_id: str = "", timeout_ms: int = QUERY_TIMEOUT_MS) -> str:
+              run_id: str = "", timeout_ms: int = QUERY_TIMEOUT_MS, header: Mapping[str, Record] | None = None) -> str:
         """Ask the workflow a question; returns the request id whose `reply` a worker's answer fills in."""
         request_id = self._request_id()
         self._send(namespace, workflow_id, "QueryWorkflow", {
-            "query_type": query_type, "query_args": list(args), "deadline_ms": self.clock.now_ms + timeout_ms},
+            "query_type": query_type, "query_args": list(args), "deadline_ms": self.clock.now_ms + timeout_ms,
+            "header": dict(header or {})},
             run_id=run_id, request_id=request_id, identity="client")
         return request_id
 

@@ -1,4 +1,9 @@
-"""`ostinato.common`: the public name of `ostinato.sdk.common` (DESIGN.md §9)."""
+"""`ostinato.common`: the public name of `ostinato.sdk.common` (DESIGN.md §9), plus `Payload`: a header's value
+(`client.StartWorkflowInput.headers`, the worker interceptors' `headers`), as Temporal's
+`temporalio.api.common.v1.Payload` (`metadata` and `data`, made by a payload converter's `to_payload`)."""
 
+from ostinato.schemas.payloads import Payload
 from ostinato.sdk.common import *  # noqa: F403
-from ostinato.sdk.common import __all__  # noqa: F401
+from ostinato.sdk.common import __all__ as _names
+
+__all__ = [*_names, "Payload"]
