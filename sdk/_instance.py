@@ -74,6 +74,14 @@ def current() -> WorkflowInstance:
     return instance
 
 
+# SDK behaviour flags (Temporal's `sdk_flags`), recorded on workflow task completions: a run has the flags of the
+# SDK that completed its first task (`WorkflowInstance.flag`).
+# 1: awaiting a cancelled activity raises ActivityError caused by CancelledError (Temporal's), not asyncio's
+#    CancelledError.
+ACTIVITY_CANCEL_IS_ACTIVITY_ERROR = 1
+SDK_FLAGS = frozenset({ACTIVITY_CANCEL_IS_ACTIVITY_ERROR})
+
+
 @dataclass(frozen=True)
 class WorkflowInfo:
     namespace: str
@@ -239,6 +247,20 @@ class WorkflowInstance:
         self._hinted = False
         self._rejected: list[Record] = []  # updates the live activation's validators refused
         self._handlers: dict[asyncio.Task[Any], tuple[str, str, int]] = {}  # running: (kind, name, unfinished policy)
+        self.sdk_flags: frozenset[int] | None = None  # the run's SDK behaviour flags: known at its first activation
+
+    def flag(self, flag: int) -> bool:
+        """Whether this run has the SDK behaviour `flag` (`SDK_FLAGS`), as Temporal's SDK flags: a run keeps the
+        behaviour of the SDK that completed its first workflow task, so a change in what workflow code sees
+        never makes an older run non-deterministic on replay."""
+        return self.sdk_flags is not None and flag in self.sdk_flags
+
+    def _learn_sdk_flags(self, events: list[Record]) -> None:
+        """The flags the run's first completed workflow task recorded; a run without one yet takes this SDK's."""
+        if self.sdk_flags is not None:
+            return
+        first = next((e for e in events if e["event_type"] == "WORKFLOW_TASK_COMPLETED"), None)
+        self.sdk_flags = SDK_FLAGS if first is None else frozenset(_attrs(first).get("sdk_flags") or ())
 
     # -- feeding history ------------------------------------------------------------------------------------------
 
@@ -247,6 +269,7 @@ class WorkflowInstance:
         """Consume `events` (everything after what this instance has seen, up to and including the task's
         WORKFLOW_TASK_STARTED) and return the live activation's commands, and its answer to the `updates` the task
         carries. With no live task (to answer a query), replay every completed activation and stop."""
+        self._learn_sdk_flags(events)  # a fresh instance gets its run's history from the start
         outcome_of = {_attrs(e)["started_event_id"]: e["event_type"] for e in events
                       if e["event_type"] in ("WORKFLOW_TASK_COMPLETED", "WORKFLOW_TASK_FAILED",
                                              "WORKFLOW_TASK_TIMED_OUT")}

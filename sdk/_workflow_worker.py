@@ -114,7 +114,8 @@ class WorkflowTaskHandler:
                 self.cache.popitem(last=False)
         return (command_type("RespondWorkflowTaskCompleted"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
-            "commands": outcome.commands, "force_create_new_task": outcome.heartbeat, "sdk_flags": [], "build_id": "",
+            "commands": outcome.commands, "force_create_new_task": outcome.heartbeat,
+            "sdk_flags": sorted(instance.sdk_flags or ()), "build_id": "",
             "started_time_ms": started_time_ms(task), "rejected_updates": outcome.rejected_updates})
 
     async def _run_local_activities(self, task: Record, instance: WorkflowInstance, outcome: TaskOutcome,

@@ -53,6 +53,7 @@ __all__ = [
     "WorkflowExecution",
     "WorkflowExecutionDescription",
     "WorkflowExecutionStatus",
+    "WorkflowFailureError",
     "WorkflowHandle",
     "WorkflowHistory",
     "WorkflowService",
@@ -63,6 +64,7 @@ __all__ = [
 ]
 
 Record = dict[str, Any]
+WorkflowFailureError = exc.WorkflowFailureError  # where Temporal's code imports it from (temporalio.client)
 WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
 _NO_ARG = object()  # an update called without an argument (None is an argument)
 

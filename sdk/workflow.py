@@ -631,23 +631,48 @@ class _Activity:
         self.done.set_exception(error)
 
     async def run(self) -> Any:
+        """The activity's result. Cancelled (its handle, or the workflow awaiting it), it raises what Temporal's
+        SDK raises: `ActivityError` whose cause is `CancelledError`, at once (TRY_CANCEL, ABANDON, or an activity
+        never scheduled) or once the activity has acknowledged (WAIT_CANCELLATION_COMPLETED, which gives the
+        activity's own outcome if it finished first). So `except ActivityError` sees every way an activity ends,
+        and a workflow that lets it out is canceled, not failed, when its own cancellation caused it."""
         try:
             return await asyncio.shield(self.done)
         except asyncio.CancelledError:
-            if not self.done.done():
-                self._request_cancel()
-                if self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED and not \
-                        self.done.done():
-                    with contextlib.suppress(exc.ActivityError):
-                        await self.done
-            raise
+            if not self.instance.flag(runtime.ACTIVITY_CANCEL_IS_ACTIVITY_ERROR):
+                await self._cancel_as_before()  # a run begun by an SDK before the change: what it saw then
+                raise
+            if self.done.done():  # settled in the same step as the cancellation: that outcome stands
+                return self.done.result()
+            sent = self._request_cancel()
+            if sent and self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED:
+                return await self.done
+            if self.done.done() and not self.done.cancelled():
+                return self.done.result()
+            raise self._cancelled()  # noqa: B904 - `from` would replace the error's cause, the CancelledError
 
-    def _request_cancel(self) -> None:
+    async def _cancel_as_before(self) -> None:
+        if not self.done.done():
+            self._request_cancel()
+            if self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED and not self.done.done():
+                with contextlib.suppress(exc.ActivityError):
+                    await self.done
+
+    def _cancelled(self) -> exc.ActivityError:
+        return exc.ActivityError(f"activity {self.body['activity_type']} cancelled",
+                                 activity_id=self.body["activity_id"], activity_type=self.body["activity_type"],
+                                 scheduled_event_id=self.scheduled_event_id, retry_state="CANCEL_REQUESTED",
+                                 cause=exc.CancelledError("activity cancelled"))
+
+    def _request_cancel(self) -> bool:
+        """Ask the engine to cancel the activity; False when there is nothing to ask (never sent, or ABANDON)."""
         if self.instance.withdraw(self.pending):  # never sent: it simply does not happen
             self.done.cancel()
-            return
+            return False
         if self.cancellation != ActivityCancellationType.ABANDON and self.scheduled_event_id:
             self.instance.command("RequestCancelActivityTaskCommand", {"scheduled_event_id": self.scheduled_event_id})
+            return True
+        return False
 
 
 def start_local_activity(activity: Callable[..., Awaitable[T]] | Callable[..., T] | str, *args_: Any,
@@ -739,13 +764,18 @@ class _LocalActivity:
         self.instance.schedule_local(self)
 
     async def run(self) -> Any:
+        """As for an activity (`_Activity.run`): cancelled, it raises `ActivityError` caused by `CancelledError`."""
         try:
             return await asyncio.shield(self.done)
         except asyncio.CancelledError:
+            if self.done.done() and not self.done.cancelled():  # settled in the same step: that outcome stands
+                return self.done.result()
             if self._stop(wait=self.cancellation == ActivityCancellationType.WAIT_CANCELLATION_COMPLETED):
-                with contextlib.suppress(exc.ActivityError):
-                    await self.done
-            raise
+                return await self.done
+            raise exc.ActivityError(  # noqa: B904 - `from` would replace the error's cause, the CancelledError
+                f"local activity {self.activity_type} cancelled", activity_id=self.activity_id,
+                activity_type=self.activity_type, scheduled_event_id=0, retry_state="CANCEL_REQUESTED",
+                cause=exc.CancelledError("local activity cancelled"))
 
     def task_done(self, task: asyncio.Task[Any]) -> None:
         """A task cancelled before it ran `run` stops the local activity all the same (it cannot wait for it)."""

@@ -270,7 +270,7 @@ async def test_workflow_cancels_a_heartbeating_activity(env: ScenarioEnv) -> Non
         handle = await start(env, CancelsActivity.run, True, stem="cancel-activity")
         await wait_for_running_activity(env, handle)
         await handle.signal(CancelsActivity.stop)
-        assert await handle.result() == "activity cancelled"
+        assert await handle.result() == "activity error: CancelledError"  # ActivityError caused by CancelledError
     history = await handle.fetch_history()
     names = kinds(history)
     assert names.index("ACTIVITY_TASK_CANCEL_REQUESTED") < names.index("ACTIVITY_TASK_CANCELED")

@@ -14,7 +14,7 @@ import pytest
 
 from ostinato import activity, exceptions, workflow
 from ostinato.common import RetryPolicy
-from ostinato.exceptions import ActivityError, ApplicationError, NondeterminismError
+from ostinato.exceptions import ActivityError, ApplicationError, CancelledError, NondeterminismError
 from ostinato.sdk.data import DEFAULT
 from ostinato.testing import WorkflowEnvironment
 from ostinato.worker import Replayer, Worker
@@ -132,10 +132,14 @@ class Cancelling:
         handle.cancel()
         try:
             await handle
-        except asyncio.CancelledError:
-            await workflow.sleep(timedelta(seconds=1))  # goes on (in a later task) while the attempt stops
-            return "cancelled"
-        return "not cancelled"
+        except ActivityError as error:  # cancelled once its task ran: Temporal's, the cancellation is the cause
+            assert wait and isinstance(error.cause, CancelledError), error.cause
+        except asyncio.CancelledError:  # cancelled before its task ever ran: nothing could catch it there
+            assert not wait
+        else:
+            return "not cancelled"
+        await workflow.sleep(timedelta(seconds=1))  # goes on (in a later task) while the attempt stops
+        return "cancelled"
 
 
 @workflow.defn
