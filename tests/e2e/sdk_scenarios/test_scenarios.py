@@ -1,5 +1,6 @@
-"""The SDK as a user drives it: workflows, activities, signals, queries, children, continue-as-new, cancellation, cron,
-patching, non-determinism, worker loss and cache eviction, through the public imports only."""
+"""The SDK as a user drives it: workflows, activities, signals, queries, children, continue-as-new, cancellation,
+patching, non-determinism, worker loss and cache eviction, workflow retries and cron, a parent's cancellation
+reaching its child, local activities and async activity completion, through the public imports only."""
 
 from __future__ import annotations
 
