@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "WorkflowExecution",
     "WorkflowExecutionDescription",
     "WorkflowExecutionStatus",
+    "WorkflowFailureError",
     "WorkflowHandle",
     "WorkflowService",
     "WorkflowUpdateFailedError",
@@ -39,8 +40,15 @@ __all__ = [
 ]
 
 Record = dict[str, Any]
+# Temporal's samples catch it as `temporalio.client.WorkflowFailureError`; it lives in exceptions here too.
+WorkflowFailureError = exc.WorkflowFailureError
 WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
 _NO_ARG = object()  # an update called without an argument (None is an argument)
+_NO_DEFAULT = object()  # memo_value called without a default
+
+
+def _from_ms(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 class WorkflowExecutionStatus(IntEnum):
@@ -123,6 +131,54 @@ class WorkflowExecutionDescription:
     history_length: int
     raw: Record
     quarantined: list[Record] = field(default_factory=list)
+    data_converter: DataConverter = field(default=DEFAULT, repr=False, compare=False)  # decodes memo()
+
+    # -- Temporal's names for what `raw` holds ----------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.workflow_id
+
+    @property
+    def start_time(self) -> datetime | None:
+        return _from_ms(self.raw.get("start_time_ms"))
+
+    @property
+    def execution_time(self) -> datetime | None:
+        """When the run's first task was due (after a retry's or cron's backoff)."""
+        return _from_ms(self.raw.get("execution_time_ms"))
+
+    @property
+    def close_time(self) -> datetime | None:
+        """None while the run is open."""
+        return _from_ms(self.raw.get("close_time_ms"))
+
+    @property
+    def parent_id(self) -> str | None:
+        return (self.raw.get("parent") or {}).get("workflow_id")
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return (self.raw.get("parent") or {}).get("run_id")
+
+    @property
+    def search_attributes(self) -> dict[str, list[Any]]:
+        """temporalio's deprecated form: name -> list of values (`typed_search_attributes` is the typed one)."""
+        return {pair.key.name: list(pair.value) if isinstance(pair.value, list) else [pair.value]
+                for pair in self.typed_search_attributes}
+
+    async def memo(self) -> dict[str, Any]:
+        """The run's memo, decoded (async as in Temporal, whose codecs may do I/O)."""
+        return {key: self.data_converter.decode_one([value]) for key, value in (self.raw.get("memo") or {}).items()}
+
+    async def memo_value(self, key: str, default: Any = _NO_DEFAULT, *, type_hint: Any = None) -> Any:
+        """One memo value decoded as `type_hint`; KeyError for a missing key without a default, as in Temporal."""
+        memo = self.raw.get("memo") or {}
+        if key not in memo:
+            if default is _NO_DEFAULT:
+                raise KeyError(f"memo has no key {key!r}")
+            return default
+        return self.data_converter.decode_one([memo[key]], type_hint)
 
     @property
     def last_workflow_task_failure(self) -> Record | None:
@@ -269,8 +325,17 @@ class Client:
                                           "run_id": run_id or "", "activity_id": activity_id,
                                           "scheduled_event_id": 0, "attempt": 0})
 
-    def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
-        return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
+    def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", first_execution_run_id: str = "",
+                            result_type: Any = None) -> WorkflowHandle:
+        return WorkflowHandle(self, workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id,
+                              result_type=result_type)
+
+    def get_workflow_handle_for(self, workflow: Callable[..., Any], workflow_id: str, *, run_id: str = "",
+                                first_execution_run_id: str = "") -> WorkflowHandle:
+        """A handle whose `result()` decodes as `workflow`'s run method returns (Temporal's typed variant)."""
+        _, hint = _workflow_name(workflow)
+        return self.get_workflow_handle(workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id,
+                                        result_type=hint)
 
     async def add_search_attributes(self, keys: Sequence[SearchAttributeKey[Any]]) -> None:
         """Register custom search attributes in this client's namespace (what Temporal does through
@@ -370,7 +435,8 @@ class WorkflowHandle:
             raise exc.RPCError(f"no workflow {self.id!r}", status=404, code="not_found")
         return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
                                             state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
-                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []),
+                                            self.client.data_converter)
 
     async def redrive(self, reason: str = "") -> list[Record]:
         """Have the engine decide this run's quarantined commands again (see `describe().quarantined`), after an
