@@ -99,6 +99,14 @@ class WorkflowInfo:
         return {p.key.name: list(p.value) if isinstance(p.value, list) else [p.value]
                 for p in self.typed_search_attributes}
 
+    # Temporal asks these of `workflow.info()`; they read the running instance (the same as
+    # `workflow.history_length()` and `workflow.continue_as_new_suggested()`).
+    def get_current_history_length(self) -> int:
+        return current().history_length
+
+    def is_continue_as_new_suggested(self) -> bool:
+        return current().suggest_continue_as_new
+
 
 @dataclass
 class TaskOutcome:
