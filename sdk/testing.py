@@ -304,7 +304,9 @@ class ActivityEnvironment:
 
     def cancel(self) -> None:
         self._cancelled.set()
-        if self._task is not None and not self._task.done():
+        # An async activity's task is cancelled; a plain function's thread cannot be, so its next heartbeat raises
+        # CancelledError and `run` raises what the function does (as in Temporal), not asyncio's CancelledError.
+        if isinstance(self._task, asyncio.Task) and not self._task.done():
             self._task.cancel()
 
     def worker_shutdown(self) -> None:
