@@ -555,10 +555,20 @@ class WorkflowInstance:
             self._warn_unfinished()
 
     def _signal(self, name: str, payloads: list[Record]) -> None:
-        handler = self.defn.signals.get(name)
-        runtime_handler = self._signal_handlers.get(name)
+        handler = self.defn.signals.get(name) if name else None
+        runtime_handler = self._signal_handlers.get(name) if name else None
         if handler is None and runtime_handler is None:
-            self._buffered_signals.setdefault(name, []).append({"input": payloads})
+            dynamic_runtime, dynamic = self._signal_handlers.get(""), self.defn.signals.get("")
+            if dynamic_runtime is None and dynamic is None:
+                self._buffered_signals.setdefault(name, []).append({"input": payloads})
+                return
+            # A dynamic handler (set while running first, as for named ones): (name, args as plain JSON values).
+            values = self.converter.decode(payloads)
+            if dynamic_runtime is not None:
+                self._deliver(name, functools.partial(dynamic_runtime, name, values), [], dynamic_runtime)
+            else:
+                assert dynamic is not None
+                self._deliver(name, functools.partial(dynamic, self.obj, name, values), [], dynamic)
             return
         if runtime_handler is not None:
             call = runtime_handler
@@ -567,13 +577,15 @@ class WorkflowInstance:
             assert handler is not None
             call = functools.partial(handler, self.obj)
             args = self.converter.decode(payloads, self.defn.arg_hints(handler)[:len(payloads)])
+        self._deliver(name, call, args, call)
 
+    def _deliver(self, name: str, call: Callable[..., Any], args: list[Any], handler: Callable[..., Any]) -> None:
         async def deliver() -> None:
             result = call(*args)
             if asyncio.iscoroutine(result):
                 await result
 
-        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, call)
+        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, handler)
 
     def _track(self, task: asyncio.Task[Any], kind: str, name: str, handler: Callable[..., Any]) -> None:
         policy = int(getattr(handler, UNFINISHED_ATTR, 1))
@@ -595,8 +607,10 @@ class WorkflowInstance:
             self._signal_handlers.pop(name, None)
             return
         self._signal_handlers[name] = handler
-        for buffered in self._buffered_signals.pop(name, []):
-            self._signal(name, buffered["input"])
+        # A dynamic handler ("") takes every signal still waiting for one, in the order each name first came.
+        for waiting in ([name] if name else list(self._buffered_signals)):
+            for buffered in self._buffered_signals.pop(waiting, []):
+                self._signal(waiting, buffered["input"])
 
     def set_query_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
         if handler is None:
@@ -769,9 +783,14 @@ class WorkflowInstance:
         if runtime_handler is not None:
             values = self.converter.decode(args, parameter_hints(runtime_handler)[:len(args)])
             return self._read_only_call(f"query {name!r}", runtime_handler, values)
-        handler = self.defn.queries.get(name)
+        handler = self.defn.queries.get(name) if name else None
+        if handler is None and (dynamic_runtime := self._query_handlers.get("")) is not None:
+            return self._read_only_call(f"query {name!r}", dynamic_runtime, [name, self.converter.decode(args)])
+        if handler is None and (dynamic := self.defn.queries.get("")) is not None:
+            return self._read_only_call(f"query {name!r}", functools.partial(dynamic, self.obj),
+                                        [name, self.converter.decode(args)])
         if handler is None:
-            known = ", ".join(sorted(self.defn.queries)) or "none"
+            known = ", ".join(sorted(q for q in self.defn.queries if q)) or "none"
             raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
         values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
         return self._read_only_call(f"query {name!r}", functools.partial(handler, self.obj), values)

@@ -75,6 +75,8 @@ __all__ = [
     "query",
     "random",
     "run",
+    "set_dynamic_query_handler",
+    "set_dynamic_signal_handler",
     "set_query_handler",
     "set_signal_handler",
     "set_update_handler",
@@ -157,6 +159,17 @@ def set_query_handler(name: str, handler: Callable[..., Any] | None) -> None:
     runtime.current().set_query_handler(name, handler)
 
 
+def set_dynamic_signal_handler(handler: Callable[..., Any] | None) -> None:
+    """Handle every signal without a handler of its own with `handler(name, args)` from now on (None removes it);
+    signals that waited for a handler are delivered to it at once."""
+    runtime.current().set_signal_handler("", handler)
+
+
+def set_dynamic_query_handler(handler: Callable[..., Any] | None) -> None:
+    """Answer every query without a handler of its own with `handler(name, args)` (None removes it)."""
+    runtime.current().set_query_handler("", handler)
+
+
 def set_update_handler(name: str, handler: Callable[..., Any] | None, *,
                        validator: Callable[..., None] | None = None) -> None:
     runtime.current().set_update_handler(name, handler, validator)
@@ -171,13 +184,22 @@ def run(fn: F) -> F:
 @overload
 def signal(fn: F) -> F: ...
 @overload
-def signal(*, name: str | None = None) -> Callable[[F], F]: ...
+def signal(*, name: str | None = None, dynamic: bool = False,
+           unfinished_policy: HandlerUnfinishedPolicy | None = None) -> Callable[[F], F]: ...
 
 
-def signal(fn: F | None = None, *, name: str | None = None) -> Any:
-    """A method called when the workflow receives the signal (the method name unless given)."""
+def signal(fn: F | None = None, *, name: str | None = None, dynamic: bool = False,
+           unfinished_policy: HandlerUnfinishedPolicy | None = None) -> Any:
+    """A method called when the workflow receives the signal (the method name unless given). `dynamic=True` handles
+    every signal without a handler of its own, called as `(self, name, args)` with the arguments as plain JSON
+    values (Temporal passes raw payloads there)."""
+    if dynamic and name:
+        raise TypeError("a dynamic signal handler has no name")
+
     def wrap(target: F) -> F:
-        setattr(target, defs.SIGNAL_ATTR, name or target.__name__)
+        setattr(target, defs.SIGNAL_ATTR, "" if dynamic else (name or target.__name__))
+        if unfinished_policy is not None:
+            setattr(target, defs.UNFINISHED_ATTR, int(unfinished_policy))
         return target
 
     return wrap(fn) if fn is not None else wrap
@@ -186,13 +208,17 @@ def signal(fn: F | None = None, *, name: str | None = None) -> Any:
 @overload
 def query(fn: F) -> F: ...
 @overload
-def query(*, name: str | None = None) -> Callable[[F], F]: ...
+def query(*, name: str | None = None, dynamic: bool = False) -> Callable[[F], F]: ...
 
 
-def query(fn: F | None = None, *, name: str | None = None) -> Any:
-    """A plain (non-async) method answering questions about the workflow's state; it must not change it."""
+def query(fn: F | None = None, *, name: str | None = None, dynamic: bool = False) -> Any:
+    """A plain (non-async) method answering questions about the workflow's state; it must not change it.
+    `dynamic=True` answers every query without a handler of its own, called as `(self, name, args)`."""
+    if dynamic and name:
+        raise TypeError("a dynamic query handler has no name")
+
     def wrap(target: F) -> F:
-        setattr(target, defs.QUERY_ATTR, name or target.__name__)
+        setattr(target, defs.QUERY_ATTR, "" if dynamic else (name or target.__name__))
         return target
 
     return wrap(fn) if fn is not None else wrap

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -240,3 +242,50 @@ async def test_continue_as_new(env: ScenarioEnv) -> None:
                                                  task_queue=env.task_queue)
         assert await handle.result() == 3
         assert (await env.client.get_workflow_handle(handle.id).describe()).run_id != handle.run_id
+
+
+# -- dynamic handlers ------------------------------------------------------------------------------------------------
+
+@workflow.defn
+class DynamicHandlers:
+    """Handles signals and queries it has no method for. A difference: the arguments come as plain values, where
+    Temporal passes `Sequence[RawValue]` to decode with `workflow.payload_converter()`."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: "stop" in self.seen)
+        workflow.set_dynamic_signal_handler(lambda name, args: self.seen.append(f"late {name}{args}"))
+        await workflow.wait_condition(lambda: any(s.startswith("late") for s in self.seen))
+        return self.seen
+
+    @workflow.signal(dynamic=True)
+    def any_signal(self, name: str, args: Sequence[Any]) -> None:
+        self.seen.append(name if not args else f"{name}{list(args)}")
+
+    @workflow.signal
+    def named(self) -> None:
+        self.seen.append("named handler")
+
+    @workflow.query(dynamic=True)
+    def any_query(self, name: str, args: Sequence[Any]) -> str:
+        return f"{name}: {len(self.seen)} seen, asked {list(args)}"
+
+
+async def test_dynamic_signal_and_query_handlers(env: ScenarioEnv) -> None:
+    async with env.worker(workflows=[DynamicHandlers]):
+        handle = await env.client.start_workflow(DynamicHandlers.run, id=env.workflow_id("dynamic"),
+                                                 task_queue=env.task_queue)
+        await handle.signal("price", 3)
+        await handle.signal(DynamicHandlers.named)
+        await handle.signal("stop")
+
+        async def stopped() -> str | None:
+            answer: str = await handle.query("how_many", "now")
+            return answer if answer.startswith("how_many: 3 seen") else None
+
+        assert await env.wait_until(stopped, what="three signals handled") == "how_many: 3 seen, asked ['now']"
+        await handle.signal("bell", "ring")
+        assert await handle.result() == ["price[3]", "named handler", "stop", "late bell['ring']"]
