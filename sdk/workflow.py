@@ -130,11 +130,14 @@ class ParentClosePolicy(StrEnum):
 @overload
 def defn(cls: type[T]) -> type[T]: ...
 @overload
-def defn(*, name: str | None = None) -> Callable[[type[T]], type[T]]: ...
+def defn(*, name: str | None = None, sandboxed: bool = True) -> Callable[[type[T]], type[T]]: ...
 
 
-def defn(cls: type[T] | None = None, *, name: str | None = None) -> Any:
-    """Mark a class as a workflow; its name (the class name unless given) is the workflow type."""
+def defn(cls: type[T] | None = None, *, name: str | None = None, sandboxed: bool = True) -> Any:
+    """Mark a class as a workflow; its name (the class name unless given) is the workflow type.
+
+    `sandboxed` is accepted for Temporal's `@workflow.defn(sandboxed=False)` and changes nothing: Ostinato has no
+    sandbox, every workflow runs under the same determinism guards."""
     def wrap(target: type[T]) -> type[T]:
         setattr(target, defs.DEFN_ATTR, defs.build(target, name))
         return target

@@ -227,7 +227,7 @@ async def test_children_retried_and_cancelled(env: ScenarioEnv) -> None:
 
 # -- continue-as-new -----------------------------------------------------------------------------------------------
 
-@workflow.defn
+@workflow.defn(sandboxed=False)  # Temporal's way out of its sandbox; Ostinato has none, so nothing changes
 class LoopingWorkflow:
     @workflow.run
     async def run(self, iteration: int) -> int:
