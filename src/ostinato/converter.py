@@ -4,9 +4,14 @@
 from ostinato.schemas.payloads import Payload  # temporalio.api.common.v1.Payload: metadata and data, the same fields
 from ostinato.sdk.codecs import PayloadCodec
 from ostinato.sdk.converter import DefaultPayloadConverter, PayloadConversionError, PayloadConverter
+from ostinato.sdk.converter_composite import (
+    BinaryNullPayloadConverter,
+    BinaryPlainPayloadConverter,
+    CompositePayloadConverter,
+    EncodingPayloadConverter,
+    JSONPlainPayloadConverter,
+)
 from ostinato.sdk.data import DEFAULT, DataConverter
-
-CompositePayloadConverter = DefaultPayloadConverter  # Ostinato's one JSON converter composes binary/null, bytes, JSON
 
 
 def default() -> DataConverter:
@@ -14,5 +19,8 @@ def default() -> DataConverter:
     return DEFAULT
 
 
-__all__ = ["CompositePayloadConverter", "DataConverter", "DefaultPayloadConverter", "Payload", "PayloadCodec",
-           "PayloadConversionError", "PayloadConverter", "default"]
+__all__ = [
+    "BinaryNullPayloadConverter", "BinaryPlainPayloadConverter", "CompositePayloadConverter", "DataConverter",
+    "DefaultPayloadConverter", "EncodingPayloadConverter", "JSONPlainPayloadConverter", "Payload", "PayloadCodec",
+    "PayloadConversionError", "PayloadConverter", "default",
+]

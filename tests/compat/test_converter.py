@@ -3,8 +3,7 @@ it, on both engines (payloads are what travels on the wire and stays in history)
 
 The imports are the only change from Temporal code: `temporalio` -> `ostinato`, and `Payload` comes from
 `ostinato.converter` (Temporal's is the protobuf `temporalio.api.common.v1.Payload`, with the same two fields).
-Differences this module shows: a custom payload converter subclasses `PayloadConverter` (Temporal composes
-`EncodingPayloadConverter`s in a `CompositePayloadConverter`), and an `async def` codec must not suspend.
+A difference this module shows: an `async def` codec must not suspend (payloads are converted inside workflow code).
 """
 
 from __future__ import annotations
@@ -22,11 +21,13 @@ import pytest
 from ostinato import activity, workflow
 from ostinato.client import Client
 from ostinato.converter import (
+    CompositePayloadConverter,
     DataConverter,
     DefaultPayloadConverter,
+    EncodingPayloadConverter,
     Payload,
     PayloadCodec,
-    PayloadConverter,
+    PayloadConversionError,
     default,
 )
 from ostinato.worker import Worker
@@ -68,23 +69,29 @@ class CompressionCodec(PayloadCodec):
         return ret
 
 
-class GreetingPayloadConverter(PayloadConverter):
-    """Greetings travel as `name|iso-time` text with an encoding of their own; everything else as by default."""
+class GreetingEncodingPayloadConverter(EncodingPayloadConverter):
+    """Temporal's custom-converter sample: greetings travel as `name|iso-time` text with an encoding of their own."""
 
+    @property
+    def encoding(self) -> str:
+        return "text/my-greeting-encoding"
+
+    def to_payload(self, value: Any) -> Payload | None:
+        if not isinstance(value, Greeting):
+            return None
+        return Payload(metadata={"encoding": self.encoding.encode()},
+                       data=f"{value.name}|{value.at.isoformat()}".encode())
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        name, at = payload.data.decode().split("|")
+        return Greeting(name, datetime.fromisoformat(at))
+
+
+class GreetingPayloadConverter(CompositePayloadConverter):
     def __init__(self) -> None:
-        self.fallback = DefaultPayloadConverter()
-
-    def to_payload(self, value: Any) -> Payload:
-        if isinstance(value, Greeting):
-            return Payload(metadata={"encoding": b"text/my-greeting-encoding"},
-                           data=f"{value.name}|{value.at.isoformat()}".encode())
-        return self.fallback.to_payload(value)
-
-    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any:
-        if payload.metadata.get("encoding") == b"text/my-greeting-encoding":
-            name, at = payload.data.decode().split("|")
-            return Greeting(name, datetime.fromisoformat(at))
-        return self.fallback.from_payload(payload, type_hint)
+        # Just add ours as first before the defaults
+        super().__init__(GreetingEncodingPayloadConverter(),
+                         *DefaultPayloadConverter.default_encoding_payload_converters)
 
 
 def encodings(history: list[dict[str, Any]]) -> list[bytes]:
@@ -130,3 +137,17 @@ def test_an_async_codec_that_waits_is_refused_clearly() -> None:
 
     with pytest.raises(TypeError, match="must not suspend"):
         DataConverter(payload_codec=Waits()).encode(["x"])
+
+
+def test_a_composite_converter_tries_its_converters_in_order() -> None:
+    composite = GreetingPayloadConverter()
+    value = Greeting("Ada", datetime(2025, 1, 1, tzinfo=UTC))
+    payloads = composite.to_payloads([value, None, b"raw", [1, 2]])
+    assert [p.metadata["encoding"] for p in payloads] == [b"text/my-greeting-encoding", b"binary/null",
+                                                          b"binary/plain", b"json/plain"]
+    assert composite.from_payloads(payloads) == [value, None, b"raw", [1, 2]]
+    only_greetings = CompositePayloadConverter(GreetingEncodingPayloadConverter())
+    with pytest.raises(PayloadConversionError, match="no payload converter accepts"):
+        only_greetings.to_payload(42)
+    with pytest.raises(PayloadConversionError, match="no payload converter for encoding"):
+        only_greetings.from_payload(payloads[3])
