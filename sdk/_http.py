@@ -86,6 +86,8 @@ class HttpService(ClientTransport):
         """Check that an Ostinato server answers at `target` and learn its cluster settings. `api_key` is sent as a
         bearer token (servers started with --auth-config require one). Owner reads (describe, history, the result
         wait) retry for up to `unavailable_timeout` while no server can serve them (an owner died, a shard moves)."""
+        if "://" not in target:  # Temporal's spelling, `Client.connect("localhost:7233")`: plain HTTP
+            target = f"http://{target}"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # Result waits are long-polls, each holding a connection: allow many at once (aiohttp's default is 100).
         session = aiohttp.ClientSession(headers=headers, connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS))

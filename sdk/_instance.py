@@ -107,6 +107,14 @@ class WorkflowInfo:
         return {p.key.name: list(p.value) if isinstance(p.value, list) else [p.value]
                 for p in self.typed_search_attributes}
 
+    # Temporal asks these of `workflow.info()`; they read the running instance (the same as
+    # `workflow.history_length()` and `workflow.continue_as_new_suggested()`).
+    def get_current_history_length(self) -> int:
+        return current().history_length
+
+    def is_continue_as_new_suggested(self) -> bool:
+        return current().suggest_continue_as_new
+
 
 @dataclass
 class TaskOutcome:
@@ -606,10 +614,20 @@ class WorkflowInstance:
             self._warn_unfinished()
 
     def _signal(self, name: str, payloads: list[Record], header: Mapping[str, Record]) -> None:
-        handler = self.defn.signals.get(name)
-        runtime_handler = self._signal_handlers.get(name)
+        handler = self.defn.signals.get(name) if name else None
+        runtime_handler = self._signal_handlers.get(name) if name else None
         if handler is None and runtime_handler is None:
-            self._buffered_signals.setdefault(name, []).append({"input": payloads, "header": header})
+            dynamic_runtime, dynamic = self._signal_handlers.get(""), self.defn.signals.get("")
+            if dynamic_runtime is None and dynamic is None:
+                self._buffered_signals.setdefault(name, []).append({"input": payloads, "header": header})
+                return
+            # A dynamic handler (set while running first, as for named ones): (name, args as plain JSON values).
+            values = self.converter.decode(payloads)
+            if dynamic_runtime is not None:
+                self._deliver(name, functools.partial(dynamic_runtime, name, values), [], dynamic_runtime, header)
+            else:
+                assert dynamic is not None
+                self._deliver(name, functools.partial(dynamic, self.obj, name, values), [], dynamic, header)
             return
         if runtime_handler is not None:
             call = runtime_handler
@@ -618,11 +636,14 @@ class WorkflowInstance:
             assert handler is not None
             call = functools.partial(handler, self.obj)
             args = self.converter.decode(payloads, self.defn.arg_hints(handler)[:len(payloads)])
+        self._deliver(name, call, args, call, header)
 
+    def _deliver(self, name: str, call: Callable[..., Any], args: list[Any], handler: Callable[..., Any],
+                 header: Mapping[str, Record]) -> None:
         async def deliver() -> None:
             await self.calls.handle_signal(name, call, args, header)
 
-        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, call)
+        self._track(self.loop.create_task(deliver(), name=f"signal {name}"), "signal", name, handler)
 
     def _track(self, task: asyncio.Task[Any], kind: str, name: str, handler: Callable[..., Any]) -> None:
         policy = int(getattr(handler, UNFINISHED_ATTR, 1))
@@ -644,8 +665,10 @@ class WorkflowInstance:
             self._signal_handlers.pop(name, None)
             return
         self._signal_handlers[name] = handler
-        for buffered in self._buffered_signals.pop(name, []):
-            self._signal(name, buffered["input"], buffered["header"])
+        # A dynamic handler ("") takes every signal still waiting for one, in the order each name first came.
+        for waiting in ([name] if name else list(self._buffered_signals)):
+            for buffered in self._buffered_signals.pop(waiting, []):
+                self._signal(waiting, buffered["input"], buffered["header"])
 
     def set_query_handler(self, name: str, handler: Callable[..., Any] | None) -> None:
         if handler is None:
@@ -817,9 +840,14 @@ class WorkflowInstance:
         if runtime_handler is not None:
             values = self.converter.decode(args, parameter_hints(runtime_handler)[:len(args)])
             return self._read_only_call(name, runtime_handler, values, header or {})
-        handler = self.defn.queries.get(name)
+        handler = self.defn.queries.get(name) if name else None
+        if handler is None and (dynamic_runtime := self._query_handlers.get("")) is not None:
+            return self._read_only_call(name, dynamic_runtime, [name, self.converter.decode(args)], header or {})
+        if handler is None and (dynamic := self.defn.queries.get("")) is not None:
+            return self._read_only_call(name, functools.partial(dynamic, self.obj),
+                                        [name, self.converter.decode(args)], header or {})
         if handler is None:
-            known = ", ".join(sorted(self.defn.queries)) or "none"
+            known = ", ".join(sorted(q for q in self.defn.queries if q)) or "none"
             raise exc.QueryRejectedError(f"workflow {self.defn.name} has no query {name!r} (known: {known})")
         values = self.converter.decode(args, self.defn.arg_hints(handler)[:len(args)])
         return self._read_only_call(name, functools.partial(handler, self.obj), values, header or {})

@@ -156,6 +156,15 @@ class ActivityInfo:
     task_token: bytes = b""  # names this attempt for `client.get_async_activity_handle(task_token=...)`
     is_local: bool = False  # a local activity (`workflow.execute_local_activity`): run by the workflow's worker
 
+    # Temporal's names for the workflow's run and namespace.
+    @property
+    def workflow_run_id(self) -> str:
+        return self.run_id
+
+    @property
+    def workflow_namespace(self) -> str:
+        return self.namespace
+
     def logger_details(self) -> dict[str, Any]:
         """What `activity.logger` adds to each line (Temporal's keys)."""
         return {"activity_id": self.activity_id, "activity_type": self.activity_type, "attempt": self.attempt,

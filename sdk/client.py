@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import Any
 
@@ -67,6 +67,11 @@ Record = dict[str, Any]
 WorkflowFailureError = exc.WorkflowFailureError  # where Temporal's code imports it from (temporalio.client)
 WorkflowService = ClientTransport  # the name this module has always exported for the client's transport
 _NO_ARG = object()  # an update called without an argument (None is an argument)
+_NO_DEFAULT = object()  # memo_value called without a default
+
+
+def _from_ms(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 class WorkflowExecutionStatus(IntEnum):
@@ -149,6 +154,54 @@ class WorkflowExecutionDescription:
     history_length: int
     raw: Record
     quarantined: list[Record] = field(default_factory=list)
+    data_converter: DataConverter = field(default=DEFAULT, repr=False, compare=False)  # decodes memo()
+
+    # -- Temporal's names for what `raw` holds ----------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.workflow_id
+
+    @property
+    def start_time(self) -> datetime | None:
+        return _from_ms(self.raw.get("start_time_ms"))
+
+    @property
+    def execution_time(self) -> datetime | None:
+        """When the run's first task was due (after a retry's or cron's backoff)."""
+        return _from_ms(self.raw.get("execution_time_ms"))
+
+    @property
+    def close_time(self) -> datetime | None:
+        """None while the run is open."""
+        return _from_ms(self.raw.get("close_time_ms"))
+
+    @property
+    def parent_id(self) -> str | None:
+        return (self.raw.get("parent") or {}).get("workflow_id")
+
+    @property
+    def parent_run_id(self) -> str | None:
+        return (self.raw.get("parent") or {}).get("run_id")
+
+    @property
+    def search_attributes(self) -> dict[str, list[Any]]:
+        """temporalio's deprecated form: name -> list of values (`typed_search_attributes` is the typed one)."""
+        return {pair.key.name: list(pair.value) if isinstance(pair.value, list) else [pair.value]
+                for pair in self.typed_search_attributes}
+
+    async def memo(self) -> dict[str, Any]:
+        """The run's memo, decoded (async as in Temporal, whose codecs may do I/O)."""
+        return {key: self.data_converter.decode_one([value]) for key, value in (self.raw.get("memo") or {}).items()}
+
+    async def memo_value(self, key: str, default: Any = _NO_DEFAULT, *, type_hint: Any = None) -> Any:
+        """One memo value decoded as `type_hint`; KeyError for a missing key without a default, as in Temporal."""
+        memo = self.raw.get("memo") or {}
+        if key not in memo:
+            if default is _NO_DEFAULT:
+                raise KeyError(f"memo has no key {key!r}")
+            return default
+        return self.data_converter.decode_one([memo[key]], type_hint)
 
     @property
     def last_workflow_task_failure(self) -> Record | None:
@@ -473,7 +526,8 @@ class _ClientImpl(OutboundInterceptor):
             raise exc.RPCError(f"no workflow {input.id!r}", status=404, code="not_found")
         return WorkflowExecutionDescription(state["workflow_id"], state["run_id"], state["workflow_type"],
                                             state["task_queue"], WorkflowExecutionStatus.from_name(state["status"]),
-                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []))
+                                            state["next_event_id"] - 1, state, list(state.get("quarantine") or []),
+                                            client.data_converter)
 
     async def fetch_workflow_history_events(self, input: FetchWorkflowHistoryEventsInput) -> AsyncIterator[Record]:
         for event in await self.client.service.history(self.client.namespace, input.id, input.run_id or ""):
@@ -652,8 +706,17 @@ class Client:
             raise ValueError("give task_token, or workflow_id and activity_id")
         return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id, run_id, activity_id))
 
-    def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", result_type: Any = None) -> WorkflowHandle:
-        return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
+    def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", first_execution_run_id: str = "",
+                            result_type: Any = None) -> WorkflowHandle:
+        return WorkflowHandle(self, workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id,
+                              result_type=result_type)
+
+    def get_workflow_handle_for(self, workflow: Callable[..., Any], workflow_id: str, *, run_id: str = "",
+                                first_execution_run_id: str = "") -> WorkflowHandle:
+        """A handle whose `result()` decodes as `workflow`'s run method returns (Temporal's typed variant)."""
+        _, hint = _workflow_name(workflow)
+        return self.get_workflow_handle(workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id,
+                                        result_type=hint)
 
     async def add_search_attributes(self, keys: Sequence[SearchAttributeKey[Any]]) -> None:
         """Register custom search attributes in this client's namespace (what Temporal does through

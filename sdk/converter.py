@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from ostinato.schemas.payloads import ENCODING, ENCODING_BINARY, ENCODING_JSON, ENCODING_NULL, Payload
 
@@ -62,6 +62,9 @@ class DefaultPayloadConverter(PayloadConverter):
     value), sets (sorted lists, so every worker writes the same bytes) and bytes nested in a structure (base64).
     NaN and infinities are refused: other languages' JSON parsers reject them.
     """
+
+    # Set by `ostinato.sdk.converter_composite`: the three encodings above as Temporal's EncodingPayloadConverters.
+    default_encoding_payload_converters: ClassVar[tuple[Any, ...]] = ()
 
     def to_payload(self, value: Any) -> Payload:
         if value is None:

@@ -4,10 +4,12 @@ blob store for large ones), and exceptions to `ostinato.Failure` records and bac
 from __future__ import annotations
 
 import contextlib
+import inspect
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from ostinato.schemas.payloads import Payload, PayloadLimits
 from ostinato.sdk import exceptions as exc
@@ -29,26 +31,57 @@ def from_record(record: Record) -> Payload:
     return Payload(dict(record["metadata"]), record["data"])
 
 
+def _settled(result: Any, codec: PayloadCodec) -> list[Payload]:
+    """A codec's answer; an `async def` codec's coroutine is run to its end here, which works while it awaits
+    nothing that suspends (encryption and compression do not)."""
+    if not inspect.iscoroutine(result):
+        return list(result)
+    try:
+        result.send(None)
+    except StopIteration as done:
+        return list(done.value)
+    result.close()
+    raise TypeError(f"payload codec {type(codec).__name__} waited on something: an async codec must not suspend, "
+                    "since payloads are converted inside workflow code")
+
+
 def _unguarded() -> contextlib.AbstractContextManager[None]:
     """The blob store's network I/O may run on a workflow's thread (a large input decoded at activation)."""
     return outside_workflow()
 
 
+@dataclass(eq=False)  # a dataclass so Temporal's `dataclasses.replace(converter.default(), payload_codec=...)` works
 class DataConverter:
     """How user values travel. The same converter (and codecs) must be used by every client and worker of a
-    namespace; a worker never needs the keys of codecs it does not decode."""
+    namespace; a worker never needs the keys of codecs it does not decode.
 
-    def __init__(self, payload_converter: PayloadConverter | None = None, codecs: Sequence[PayloadCodec] = (),
-                 blob_store: BlobStore | None = None, limits: PayloadLimits = DEFAULT_LIMITS) -> None:
-        self.payload_converter = payload_converter or DefaultPayloadConverter()
-        self.codecs = tuple(codecs)
-        self.blob_store = blob_store
-        self.limits = limits
+    Temporal's keywords work too: `payload_codec` (one codec, applied after `codecs`) and `payload_converter_class`
+    (a class made with no arguments; it wins over `payload_converter`). A codec's `encode` / `decode` may be
+    `async def`, as Temporal's are, provided they do not wait on anything (the converter runs inside workflow code,
+    which cannot wait on I/O)."""
+
+    payload_converter: PayloadConverter = None  # type: ignore[assignment] # None: DefaultPayloadConverter()
+    codecs: Sequence[PayloadCodec] = ()
+    blob_store: BlobStore | None = None
+    limits: PayloadLimits = DEFAULT_LIMITS
+    payload_codec: PayloadCodec | None = None
+    payload_converter_class: type[PayloadConverter] | None = None
+    default: ClassVar[DataConverter]  # Temporal's `DataConverter.default`, set below
+
+    def __post_init__(self) -> None:
+        if self.payload_converter_class is not None:
+            self.payload_converter = self.payload_converter_class()
+        elif self.payload_converter is None:
+            self.payload_converter = DefaultPayloadConverter()
+        self.codecs = tuple(self.codecs)
+
+    def _codecs(self) -> tuple[PayloadCodec, ...]:
+        return (*self.codecs, self.payload_codec) if self.payload_codec is not None else tuple(self.codecs)
 
     def encode(self, values: Sequence[Any]) -> list[Record]:
         payloads = self.payload_converter.to_payloads(values)
-        for codec in self.codecs:
-            payloads = codec.encode(payloads)
+        for codec in self._codecs():
+            payloads = _settled(codec.encode(payloads), codec)
         if self.blob_store is not None:
             with _unguarded():
                 payloads = offload_all(payloads, self.blob_store, self.limits)
@@ -62,8 +95,8 @@ class DataConverter:
         if self.blob_store is not None:
             with _unguarded():
                 payloads = resolve_all(payloads, self.blob_store)
-        for codec in reversed(self.codecs):
-            payloads = codec.decode(payloads)
+        for codec in reversed(self._codecs()):
+            payloads = _settled(codec.decode(payloads), codec)
         return self.payload_converter.from_payloads(payloads, hints)
 
     def decode_one(self, records: Sequence[Record], hint: Any = None) -> Any:
@@ -155,3 +188,4 @@ class DataConverter:
 
 
 DEFAULT = DataConverter()
+DataConverter.default = DEFAULT

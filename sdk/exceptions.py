@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -10,6 +11,7 @@ __all__ = [
     "ActivityError", "ApplicationError", "CancelledError", "ChildWorkflowError", "FailureError",
     "NondeterminismError", "OstinatoError", "QueryRejectedError", "RPCError", "RestrictedWorkflowAccessError",
     "ServerError", "TerminatedError", "TimeoutError", "WorkflowAlreadyStartedError", "WorkflowFailureError",
+    "is_cancelled_exception",
 ]
 
 
@@ -144,3 +146,10 @@ class RPCError(OstinatoError):
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+def is_cancelled_exception(exception: BaseException) -> bool:
+    """Whether `exception` means "cancelled": asyncio's CancelledError, ours, or an activity or child workflow error
+    caused by a cancellation (Temporal's helper, so a workflow can tell a cancellation from a failure)."""
+    return isinstance(exception, asyncio.CancelledError | CancelledError) or (
+        isinstance(exception, ActivityError | ChildWorkflowError) and isinstance(exception.cause, CancelledError))

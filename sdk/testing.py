@@ -161,7 +161,9 @@ class EngineWorkers(WorkerTransport):
                     job = asyncio.ensure_future(self._workflow_task(worker, *task))
                     workflow_tasks.add(job)
                     job.add_done_callback(workflow_tasks.discard)
-                if worker.activity_executor is not None and (activity := engine.poll_activity_task(queue)) is not None:
+                # At most `max_concurrent_activities` at once, as on a real broker: the rest wait on the queue.
+                if worker.activity_executor is not None and len(running) < worker.max_concurrent_activities and \
+                        (activity := engine.poll_activity_task(queue)) is not None:
                     progressed = True
                     reply = engine.start_activity(activity, identity=worker.identity)
                     if reply is not None and reply["body"][0] == wire.ACCEPTED:
@@ -453,7 +455,9 @@ class ActivityEnvironment:
 
     def cancel(self) -> None:
         self._cancelled.set()
-        if self._task is not None and not self._task.done():
+        # An async activity's task is cancelled; a plain function's thread cannot be, so its next heartbeat raises
+        # CancelledError and `run` raises what the function does (as in Temporal), not asyncio's CancelledError.
+        if isinstance(self._task, asyncio.Task) and not self._task.done():
             self._task.cancel()
 
     def worker_shutdown(self) -> None:

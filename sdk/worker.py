@@ -94,20 +94,32 @@ class Worker:
             interceptors=self.interceptors) if workflows else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._running = False
+        self._stopped = asyncio.Event()  # set when run() returns, for shutdown() of a worker started by run()
 
     async def run(self) -> None:
-        """Serve until `shutdown()` (or cancellation)."""
+        """Serve until `shutdown()` (or cancellation). Temporal's two ways of starting a worker both work:
+        `async with worker:` and `await worker.run()` (often in a task, with `shutdown()` from elsewhere)."""
+        if self._running:
+            raise RuntimeError("the worker is already running")
+        self._running = True
+        self._stopped.clear()
         transport = self.client.service.worker_transport()
         try:
             await transport.run_worker(self, self._stopping)
         finally:
-            if self.activity_executor is not None:
-                await self.activity_executor.shutdown()
+            try:
+                if self.activity_executor is not None:
+                    await self.activity_executor.shutdown()
+            finally:
+                self._running = False
+                self._stopped.set()
 
     @property
     def is_running(self) -> bool:
-        """Whether the worker serves its queue now (started and not shut down)."""
-        return self._task is not None and not self._task.done() and not self._stopping.is_set()
+        """Whether the worker serves its queue now (started, by `run()` or `async with`, and not shut down)."""
+        started = self._running or (self._task is not None and not self._task.done())
+        return started and not self._stopping.is_set()
 
     async def shutdown(self) -> None:
         """Stop taking tasks, stop running activities (each answers a retryable WorkerShutdown failure, so another
@@ -118,6 +130,8 @@ class Worker:
         self._stopping.set()
         if self._task is not None:
             await self._task
+        elif self._running:  # started by `run()`, awaited elsewhere
+            await self._stopped.wait()
 
     async def __aenter__(self) -> Worker:
         self._task = asyncio.ensure_future(self.run())

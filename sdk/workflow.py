@@ -76,6 +76,8 @@ __all__ = [
     "query",
     "random",
     "run",
+    "set_dynamic_query_handler",
+    "set_dynamic_signal_handler",
     "set_query_handler",
     "set_signal_handler",
     "set_update_handler",
@@ -129,11 +131,14 @@ class ParentClosePolicy(StrEnum):
 @overload
 def defn(cls: type[T]) -> type[T]: ...
 @overload
-def defn(*, name: str | None = None) -> Callable[[type[T]], type[T]]: ...
+def defn(*, name: str | None = None, sandboxed: bool = True) -> Callable[[type[T]], type[T]]: ...
 
 
-def defn(cls: type[T] | None = None, *, name: str | None = None) -> Any:
-    """Mark a class as a workflow; its name (the class name unless given) is the workflow type."""
+def defn(cls: type[T] | None = None, *, name: str | None = None, sandboxed: bool = True) -> Any:
+    """Mark a class as a workflow; its name (the class name unless given) is the workflow type.
+
+    `sandboxed` is accepted for Temporal's `@workflow.defn(sandboxed=False)` and changes nothing: Ostinato has no
+    sandbox, every workflow runs under the same determinism guards."""
     def wrap(target: type[T]) -> type[T]:
         setattr(target, defs.DEFN_ATTR, defs.build(target, name))
         return target
@@ -158,6 +163,17 @@ def set_query_handler(name: str, handler: Callable[..., Any] | None) -> None:
     runtime.current().set_query_handler(name, handler)
 
 
+def set_dynamic_signal_handler(handler: Callable[..., Any] | None) -> None:
+    """Handle every signal without a handler of its own with `handler(name, args)` from now on (None removes it);
+    signals that waited for a handler are delivered to it at once."""
+    runtime.current().set_signal_handler("", handler)
+
+
+def set_dynamic_query_handler(handler: Callable[..., Any] | None) -> None:
+    """Answer every query without a handler of its own with `handler(name, args)` (None removes it)."""
+    runtime.current().set_query_handler("", handler)
+
+
 def set_update_handler(name: str, handler: Callable[..., Any] | None, *,
                        validator: Callable[..., None] | None = None) -> None:
     runtime.current().set_update_handler(name, handler, validator)
@@ -172,13 +188,22 @@ def run(fn: F) -> F:
 @overload
 def signal(fn: F) -> F: ...
 @overload
-def signal(*, name: str | None = None) -> Callable[[F], F]: ...
+def signal(*, name: str | None = None, dynamic: bool = False,
+           unfinished_policy: HandlerUnfinishedPolicy | None = None) -> Callable[[F], F]: ...
 
 
-def signal(fn: F | None = None, *, name: str | None = None) -> Any:
-    """A method called when the workflow receives the signal (the method name unless given)."""
+def signal(fn: F | None = None, *, name: str | None = None, dynamic: bool = False,
+           unfinished_policy: HandlerUnfinishedPolicy | None = None) -> Any:
+    """A method called when the workflow receives the signal (the method name unless given). `dynamic=True` handles
+    every signal without a handler of its own, called as `(self, name, args)` with the arguments as plain JSON
+    values (Temporal passes raw payloads there)."""
+    if dynamic and name:
+        raise TypeError("a dynamic signal handler has no name")
+
     def wrap(target: F) -> F:
-        setattr(target, defs.SIGNAL_ATTR, name or target.__name__)
+        setattr(target, defs.SIGNAL_ATTR, "" if dynamic else (name or target.__name__))
+        if unfinished_policy is not None:
+            setattr(target, defs.UNFINISHED_ATTR, int(unfinished_policy))
         return target
 
     return wrap(fn) if fn is not None else wrap
@@ -187,13 +212,17 @@ def signal(fn: F | None = None, *, name: str | None = None) -> Any:
 @overload
 def query(fn: F) -> F: ...
 @overload
-def query(*, name: str | None = None) -> Callable[[F], F]: ...
+def query(*, name: str | None = None, dynamic: bool = False) -> Callable[[F], F]: ...
 
 
-def query(fn: F | None = None, *, name: str | None = None) -> Any:
-    """A plain (non-async) method answering questions about the workflow's state; it must not change it."""
+def query(fn: F | None = None, *, name: str | None = None, dynamic: bool = False) -> Any:
+    """A plain (non-async) method answering questions about the workflow's state; it must not change it.
+    `dynamic=True` answers every query without a handler of its own, called as `(self, name, args)`."""
+    if dynamic and name:
+        raise TypeError("a dynamic query handler has no name")
+
     def wrap(target: F) -> F:
-        setattr(target, defs.QUERY_ATTR, name or target.__name__)
+        setattr(target, defs.QUERY_ATTR, "" if dynamic else (name or target.__name__))
         return target
 
     return wrap(fn) if fn is not None else wrap

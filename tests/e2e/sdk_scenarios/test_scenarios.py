@@ -1,8 +1,10 @@
 """The SDK as a user drives it: workflows, activities, signals, queries, children, continue-as-new, cancellation,
-patching, non-determinism, worker loss and cache eviction, through the public imports only."""
+patching, non-determinism, worker loss and cache eviction, workflow retries and cron, a parent's cancellation
+reaching its child, local activities and async activity completion, through the public imports only."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from datetime import timedelta
@@ -17,11 +19,15 @@ from ostinato.exceptions import (
     ApplicationError,
     NondeterminismError,
     QueryRejectedError,
+    RPCError,
     WorkflowFailureError,
 )
 from ostinato.worker import Replayer
 from tests.e2e.sdk_scenarios.conftest import ScenarioEnv
 from tests.e2e.sdk_scenarios.workflows import (
+    Approvals,
+    AwaitsApproval,
+    AwaitsChild,
     CancelledByClient,
     CancelsActivity,
     Child,
@@ -35,10 +41,13 @@ from tests.e2e.sdk_scenarios.workflows import (
     PatchyV1,
     PatchyV2,
     Retrying,
+    RunsLocalActivity,
     Saga,
     Shipment,
+    Tally,
     charge,
     flaky,
+    flaky_local,
     greet,
     heartbeating,
     long_job,
@@ -383,3 +392,110 @@ async def test_cache_eviction_replays_to_the_same_result(env: ScenarioEnv) -> No
         assert handler.replays == replays + 1  # one full replay, then cached again
         after = await evicted.query(Shipment.state)
     assert (after["token"], after["log"]) == (states[evicted.id]["token"], [*states[evicted.id]["log"], "signal T-3"])
+
+
+@pytest.mark.parametrize("env", ["time-skipping"], indirect=True)  # five cron minutes need virtual time
+async def test_cron_every_minute_for_five_runs(env: ScenarioEnv) -> None:
+    """Five minutes of a `* * * * *` schedule pass in virtual time: five runs, each on the minute, each handing its
+    result to the next (a real engine would need five wall-clock minutes, so this one runs time-skipping only)."""
+    async with env.worker(workflows=[Tally]):
+        handle = await env.client.start_workflow(Tally.run, id=env.workflow_id("tally"), task_queue=env.task_queue,
+                                                 cron_schedule="* * * * *")
+        await env.sleep(timedelta(minutes=5, seconds=30))
+        await env.client.get_workflow_handle(handle.id).terminate("five runs are enough")
+    run_id, results, due = handle.run_id, [], []
+    while True:
+        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        started, closing = attrs(history[0]), history[-1]
+        due.append(history[0]["event_time_ms"] + started["first_workflow_task_backoff_ms"])
+        if closing["event_type"] != "WORKFLOW_EXECUTION_CONTINUED_AS_NEW":
+            break
+        assert attrs(closing)["initiator"] == "CRON_SCHEDULE"
+        results.append(payload(env, attrs(closing)["last_completion_result"]))
+        run_id = attrs(closing)["new_execution_run_id"]
+    assert closing["event_type"] == "WORKFLOW_EXECUTION_TERMINATED"  # the sixth run, waiting for its minute
+    assert results == [1, 2, 3, 4, 5]
+    assert all(at % 60_000 == 0 for at in due)  # on the minute
+    assert [later - earlier for earlier, later in itertools.pairwise(due)] == [60_000] * 5
+
+
+# What each cancellation type leaves: the child's status once the parent is CANCELED, and what the parent's history
+# shows between asking the child to cancel and closing itself: nothing (TRY_CANCEL closes in the same task), the
+# request delivered (WAIT_CANCELLATION_REQUESTED), the child's cancellation (WAIT_CANCELLATION_COMPLETED), or no
+# request at all (ABANDON).
+ASKED = "REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED"
+
+
+@pytest.mark.parametrize(("cancellation_type", "child_status", "waits_for"), [
+    ("TRY_CANCEL", "CANCELED", None),
+    ("WAIT_CANCELLATION_REQUESTED", "CANCELED", "EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED"),
+    ("WAIT_CANCELLATION_COMPLETED", "CANCELED", "CHILD_WORKFLOW_EXECUTION_CANCELED"),
+    ("ABANDON", "RUNNING", None),
+])
+async def test_a_parent_cancel_reaches_its_child_as_its_cancellation_type_says(
+        env: ScenarioEnv, cancellation_type: str, child_status: str, waits_for: str | None) -> None:
+    async with env.worker(workflows=[AwaitsChild, Child]):
+        parent = await start(env, AwaitsChild.run, cancellation_type, stem=f"awaits-{cancellation_type.lower()}")
+        await wait_for_event(env, parent, "CHILD_WORKFLOW_EXECUTION_STARTED")
+        child = env.client.get_workflow_handle(f"{parent.id}-child")
+        await parent.cancel()
+        with pytest.raises(WorkflowFailureError) as caught:
+            await parent.result()
+        assert caught.value.status == "CANCELED"
+
+        async def child_settled() -> str | None:
+            status = (await child.describe()).status
+            return status if status == child_status or status != "RUNNING" else None
+
+        assert await env.wait_until(child_settled, what=f"the child {child_status}") == child_status
+        asked = child_status == "CANCELED"
+        assert ("WORKFLOW_EXECUTION_CANCEL_REQUESTED" in kinds(await child.fetch_history())) == asked
+        parent_kinds = [kind for kind in kinds(await parent.fetch_history()) if not kind.startswith("WORKFLOW_TASK_")]
+        assert parent_kinds[-1] == "WORKFLOW_EXECUTION_CANCELED"
+        if not asked:  # abandoned: never asked, and it still answers its own signals
+            assert ASKED not in parent_kinds
+            await child.signal(Child.finish)
+            assert await child.result() == "child finished"
+        elif waits_for is None:
+            assert parent_kinds[-2] == ASKED
+        else:
+            assert parent_kinds.index(ASKED) < parent_kinds.index(waits_for) < len(parent_kinds) - 1
+
+
+async def test_a_local_activity_fails_twice_then_succeeds(env: ScenarioEnv) -> None:
+    async with env.worker(workflows=[RunsLocalActivity], activities=[flaky_local]):
+        handle = await start(env, RunsLocalActivity.run, "o-7", stem="local")
+        assert await handle.result() == ["o-7", 3, True]
+    history = await handle.fetch_history()
+    assert not [kind for kind in kinds(history) if kind.startswith("ACTIVITY_TASK_")]  # no activity task at all
+    marker, = only(history, "MARKER_RECORDED")  # three attempts, retried on the worker, one marker
+    assert attrs(marker)["marker_name"] == "core_local_activity"
+    assert payload(env, attrs(marker)["details"]["result"]) == ["o-7", 3, True]
+    data = payload(env, attrs(marker)["details"]["data"])
+    assert (data["attempt"], data["activity_type"]) == (3, "flaky_local")
+    assert kinds(history)[-1] == "WORKFLOW_EXECUTION_COMPLETED"
+
+
+async def test_an_activity_completed_asynchronously_from_outside_the_worker(env: ScenarioEnv) -> None:
+    approvals = Approvals()
+    async with env.worker(workflows=[AwaitsApproval], activities=[approvals.request_approval]):
+        by_token = await start(env, AwaitsApproval.run, "loan", stem="approval")
+        token = await asyncio.wait_for(approvals.tokens.get(), 20)
+        assert (await by_token.describe()).status == "RUNNING"  # the activity function returned, unanswered
+        outside = env.client.get_async_activity_handle(task_token=token)
+        await outside.heartbeat("still deciding")
+        await outside.complete("approved by Ada")
+        assert await by_token.result() == "approved by Ada"
+        with pytest.raises(RPCError):  # answered: the token is stale now
+            await outside.complete("again")
+
+        by_id = await start(env, AwaitsApproval.run, "boat", stem="approval")
+        await asyncio.wait_for(approvals.tokens.get(), 20)
+        await env.client.get_async_activity_handle(workflow_id=by_id.id, activity_id="approval").fail(
+            ApplicationError("refused", type="Refused", non_retryable=True))
+        with pytest.raises(WorkflowFailureError) as caught:
+            await by_id.result()
+    assert isinstance(caught.value.cause, ActivityError)
+    assert isinstance(caught.value.cause.cause, ApplicationError) and caught.value.cause.cause.type == "Refused"
+    completed, = only(await by_token.fetch_history(), "ACTIVITY_TASK_COMPLETED")
+    assert payload(env, attrs(completed)["result"]) == "approved by Ada"

@@ -332,3 +332,74 @@ class FailsTwice:
         if info.attempt < 3:
             raise ApplicationError(f"{name}: attempt {info.attempt} fails", type="Transient")
         return [info.attempt, info.first_execution_run_id, str(last)]
+
+
+# -- cron ---------------------------------------------------------------------------------------------------------
+
+@workflow.defn
+class Tally:
+    """A cron workflow: each run adds one to what the previous run returned."""
+
+    @workflow.run
+    async def run(self) -> int:
+        previous: int = workflow.get_last_completion_result(int) if workflow.has_last_completion_result() else 0
+        return previous + 1
+
+
+# -- a parent's cancellation reaching its child -------------------------------------------------------------------
+
+@workflow.defn
+class AwaitsChild:
+    """Awaits a `Child` started with the given cancellation type. The parent close policy is ABANDON, so what
+    happens to the child comes from the cancellation alone, not from the parent closing."""
+
+    @workflow.run
+    async def run(self, cancellation_type: str) -> str:
+        return await workflow.execute_child_workflow(  # type: ignore[no-any-return]
+            Child.run, id=f"{workflow.info().workflow_id}-child",
+            cancellation_type=workflow.ChildWorkflowCancellationType[cancellation_type],
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON)
+
+
+# -- a local activity retried on the worker -----------------------------------------------------------------------
+
+@activity.defn
+async def flaky_local(order: str) -> list[object]:
+    """Fails on its first two attempts; the third returns its attempt and whether it ran as a local activity."""
+    info = activity.info()
+    if info.attempt < 3:
+        raise ApplicationError(f"{order}: attempt {info.attempt} fails", type="Flaky")
+    return [order, info.attempt, info.is_local]
+
+
+@workflow.defn
+class RunsLocalActivity:
+    @workflow.run
+    async def run(self, order: str) -> list[object]:
+        return await workflow.execute_local_activity(  # type: ignore[no-any-return]
+            flaky_local, order, start_to_close_timeout=SHORT,
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=5))
+
+
+# -- an activity completed from outside the worker ----------------------------------------------------------------
+
+class Approvals:
+    """Temporal's async-completion sample: the activity hands its task token on and returns without an answer;
+    whoever holds the token (here the test, with its own client) completes it later. The tokens travel in this
+    object, which the test owns and registers (`activities=[approvals.request_approval]`)."""
+
+    def __init__(self) -> None:
+        self.tokens: asyncio.Queue[bytes] = asyncio.Queue()
+
+    @activity.defn
+    async def request_approval(self, request: str) -> str:
+        self.tokens.put_nowait(activity.info().task_token)
+        activity.raise_complete_async()
+
+
+@workflow.defn
+class AwaitsApproval:
+    @workflow.run
+    async def run(self, request: str) -> str:
+        return await workflow.execute_activity_method(
+            Approvals.request_approval, request, activity_id="approval", start_to_close_timeout=timedelta(minutes=5))
