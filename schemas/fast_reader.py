@@ -27,6 +27,8 @@ def _varint_rest(d: bytes, p: int, x: int) -> tuple[int, int]:
     while True:
         c = d[p]
         p += 1
+        if shift == 63 and c > 1:  # past 64 bits: fastavro wraps such a value, this reader does not guess
+            raise Unsure
         x |= (c & 0x7F) << shift
         if c < 0x80:
             return x, p

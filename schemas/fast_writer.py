@@ -197,8 +197,10 @@ class _Compiler(NamedTypes):
                 out.append(f"{ind}    for {key}, {item} in {var}.items():")
                 self.emit("string", key, out, ind + "        ", depth + 1)
                 self.emit(s["values"], item, out, ind + "        ", depth + 1)
-            out.append(f"{ind}elif {var}.__class__ is not list and {var}.__class__ is not tuple "
-                       f"and {var}.__class__ is not dict: raise Unsure")
+            if kind == "array":  # an empty one of the wrong kind ({} for an array, [] for a map) is refused too
+                out.append(f"{ind}elif {var}.__class__ is not list and {var}.__class__ is not tuple: raise Unsure")
+            else:
+                out.append(f"{ind}elif {var}.__class__ is not dict: raise Unsure")
             out.append(f"{ind}b.append(0)")
         elif kind == "union":
             self.emit_union(s, var, out, ind, depth)

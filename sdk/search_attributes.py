@@ -222,8 +222,8 @@ def check_value(key: SearchAttributeKey[Any], value: Any) -> Any:
         if type(value) is int and -(2**63) <= value < 2**63:
             return value
     elif kind is SearchAttributeIndexedValueType.DOUBLE:
-        if type(value) in (int, float) and math.isfinite(value):
-            return float(value)
+        if (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) <= 2**53):
+            return float(value)  # (an int past a double's range would raise OverflowError: refused instead)
     elif kind is SearchAttributeIndexedValueType.BOOL:
         if type(value) is bool:
             return value
@@ -271,7 +271,7 @@ def decode(payloads: Mapping[str, Mapping[str, Any]]) -> TypedSearchAttributes:
             continue
         try:
             values[name] = json.loads(payload["data"])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         types[name] = declared.decode() if isinstance(declared, bytes) else str(declared)
     return from_json_values(values, types)
@@ -292,6 +292,8 @@ def from_json_values(values: Mapping[str, Any], types: Mapping[str, str]) -> Typ
                 continue
             value = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
         elif key.indexed_value_type is SearchAttributeIndexedValueType.DOUBLE and type(value) is int:
+            if abs(value) > 2**53:
+                continue
             value = float(value)
         try:
             check_value(key, value)

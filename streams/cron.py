@@ -65,6 +65,9 @@ def civil_date(epoch_day: int) -> tuple[int, int, int]:
     return yoe + era * 400 + (month <= 2), month, day
 
 
+_STAR = "*"
+
+
 def parse(spec: str) -> Schedule:
     """The schedule `spec` describes; CronError saying what is wrong otherwise."""
     text = _MACROS.get(spec.strip().lower(), spec.strip())
@@ -72,7 +75,8 @@ def parse(spec: str) -> Schedule:
     if len(parts) != 5:
         raise CronError(f"cron schedule {spec!r} needs 5 fields (minute hour day-of-month month day-of-week), "
                         f"not {len(parts)}")
-    minute, hour, day, month, weekday = parts
+    # `?` (no specific value, in a day field) is a star, as in Temporal's parser; so is `*/1`.
+    minute, hour, day, month, weekday = (_STAR if p == "?" or p == "*/1" else p for p in parts)
     weekdays = _field(weekday, 0, 7, _WEEKDAYS, "day-of-week")
     schedule = Schedule(
         minutes=_field(minute, 0, 59, {}, "minute"), hours=_field(hour, 0, 23, {}, "hour"),
@@ -107,7 +111,7 @@ def _field(text: str, low: int, high: int, names: dict[str, int], what: str) -> 
 def _number(text: str, names: dict[str, int], what: str) -> int:
     if text.upper() in names:
         return names[text.upper()]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "²".isdigit() is true, and int() refuses it
         raise CronError(f"cron {what}: {text!r} is not a number")
     return int(text)
 

@@ -56,7 +56,8 @@ def value_problem(sa_type: str, value: Any) -> str | None:
     elif sa_type == "Int":
         ok = type(value) is int and -(2**63) <= value < 2**63
     elif sa_type == "Double":
-        ok = type(value) in (int, float) and math.isfinite(value)
+        # an int past a double's range would raise OverflowError in isfinite: refused, not raised
+        ok = (type(value) is float and math.isfinite(value)) or (type(value) is int and abs(value) <= 2**53)
     elif sa_type == "Bool":
         ok = type(value) is bool
     elif sa_type == "Datetime":
@@ -114,7 +115,7 @@ def checked(payloads: Mapping[str, Record], registry: Mapping[str, str] | None,
                     f"attributes), not {bytes(encoding or b'').decode(errors='replace') or 'no encoding'}"), {}
         try:
             value = json.loads(payload["data"])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the interpreter's stack
             return f"search attribute {name!r}: the payload is not valid JSON", {}
         data = payload["data"]
         if declared is None and isinstance(value, list) and (not value or sa_type != "KeywordList"):

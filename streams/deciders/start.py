@@ -48,6 +48,8 @@ def update_with_start(w: Writer, body: Record) -> Step:
         return w.reject("INVALID_ARGUMENT", "an update needs update_id and name")
     if start_body["parent"] is not None:
         return w.reject("INVALID_ARGUMENT", "update-with-start comes from a client, never a parent's child start")
+    if start_body.get("cron_schedule"):  # its first run waits for the schedule: the update would wait with it
+        return w.reject("INVALID_ARGUMENT", "update-with-start cannot start a cron workflow (as in Temporal)")
     current = w.workflow.current_run()
     retried = next((r for r in w.workflow.runs.values() if r.start_request_id == w.command["request_id"]), None)
     target = retried or (current if current is not None and current.open and conflict == "USE_EXISTING" else None)

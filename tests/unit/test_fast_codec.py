@@ -169,3 +169,24 @@ def test_an_int_field_refuses_a_long_value() -> None:
         fast("ostinato.state.WorkflowTaskState", task)
     with pytest.raises(ValueError, match="too large for an Avro int"):
         REGISTRY.encode("ostinato.state.WorkflowTaskState", task)
+
+
+@pytest.mark.parametrize("empty", [[], ()], ids=["list", "tuple"])
+def test_an_empty_array_is_not_written_where_a_map_belongs(empty: Any) -> None:
+    name = "ostinato.command.ContinueAsNewWorkflowExecutionCommand"
+    command = {"workflow_type": "W", "task_queue": "q", "input": [], "run_timeout_ms": None, "task_timeout_ms": None,
+               "backoff_start_interval_ms": 0, "retry_policy": None, "memo": empty, "search_attributes": None,
+               "header": {}}
+    assert fast(name, {**command, "memo": {}}) == careful(name, {**command, "memo": {}})
+    with pytest.raises(Unsure):
+        fast(name, command)
+    with pytest.raises(ValueError):
+        REGISTRY.encode(name, command)
+
+
+def test_a_varint_past_64_bits_is_left_to_fastavro() -> None:
+    body = b"\x06abc" + b"\xff" * 9 + b"\x03"  # fastavro wraps it; the compiled reader does not guess
+    with pytest.raises(Unsure):
+        read_fast(TIMER, body)
+    assert REGISTRY.decode(REGISTRY.encode(TIMER, {"timer_id": "x", "started_event_id": 1})[:codec.HEADER_LEN] + body
+                           )[1] == read_carefully(TIMER, body)

@@ -26,6 +26,8 @@ def ms(*when: int) -> int:
     pytest.param("10/20 * * * *", ms(2026, 12, 2, 10, 31), ms(2026, 12, 2, 10, 50), id="start-with-step"),
     pytest.param("@hourly", ms(2026, 12, 2, 10, 0), ms(2026, 12, 2, 11, 0), id="macro-hourly"),
     pytest.param("@weekly", ms(2026, 12, 2), ms(2026, 12, 6), id="macro-weekly"),
+    pytest.param("0 0 */1 * MON", ms(2026, 12, 1), ms(2026, 12, 7), id="step-1-is-a-star"),
+    pytest.param("0 0 ? * MON", ms(2026, 12, 1), ms(2026, 12, 7), id="question-mark-is-a-star"),
 ])
 def test_next_time(spec: str, now: int, expected: int) -> None:
     assert cron.next_time_ms(cron.parse(spec), now) == expected
@@ -42,6 +44,7 @@ def test_next_time(spec: str, now: int, expected: int) -> None:
     ("5-1 * * * *", "runs backwards"),
     ("*/0 * * * *", "at least 1"),
     ("x * * * *", "not a number"),
+    ("\u00b2 * * * *", "not a number"),
     ("0 0 31 4 *", "never matches"),
 ])
 def test_bad_schedules_say_why(spec: str, problem: str) -> None:

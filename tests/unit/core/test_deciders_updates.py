@@ -224,3 +224,13 @@ def test_update_with_start_policies() -> None:
     flow = idle_flow()
     assert rejected(_update_with_start(flow, "FAIL")) == "ALREADY_STARTED"
     assert rejected(_update_with_start(flow, "TERMINATE_EXISTING")) == "INVALID_ARGUMENT"
+
+
+def test_update_with_start_refuses_a_cron_workflow() -> None:
+    """Its first run would wait for the schedule's next time, and the update with it (Temporal refuses it too)."""
+    flow = Flow()
+    step = flow.send("UpdateWithStartWorkflowExecution", {
+        "start": {"workflow_type": "Order", "task_queue": "orders", "id_conflict_policy": "FAIL",
+                  "cron_schedule": "@yearly"},
+        "update": {"update_id": "u1", "name": "add"}})
+    assert rejected(step) == "INVALID_ARGUMENT" and types(step) == []

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ostinato.streams import search_attributes as sa
 from ostinato.streams.config import Config
 from ostinato.streams.search_attributes import checked, name_problem, type_name
 from tests.unit.core.support import wf_command
@@ -125,3 +126,8 @@ def test_a_child_in_another_namespace_is_left_to_its_own_start() -> None:
     flow = started_flow(CHECKED)
     step = flow.complete_task(child_cmd(namespace="other", search_attributes={"Nope": js(1)}))
     assert attrs(step, "START_CHILD_WORKFLOW_EXECUTION_INITIATED")["namespace"] == "other"
+
+
+@pytest.mark.parametrize(("value", "why"), [(10**400, "huge int"), (2**53 + 1, "int past a double's precision")])
+def test_a_double_refuses_an_int_it_cannot_hold_without_raising(value: int, why: str) -> None:
+    assert sa.value_problem("Double", value) is not None, why
