@@ -156,6 +156,9 @@ class RunState:
     input: Payloads = field(default_factory=list)
     header: PayloadMap = field(default_factory=dict)
     last_completion_result: Payloads = field(default_factory=list)  # a cron chain's last successful result
+    # Set by version 2 of the started applier only: a run started before kept no input, so it is never retried
+    # (its retry policy was accepted and ignored then) rather than retried with empty input.
+    keeps_chain_inputs: bool = False
 
     @property
     def open(self) -> bool:

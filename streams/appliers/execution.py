@@ -46,6 +46,7 @@ def started_v2(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     if attrs["run_timeout_ms"] is not None:
         run.run_expiration_time_ms = after(run.execution_time_ms, attrs["run_timeout_ms"])
     run.cron_schedule = attrs["cron_schedule"]
+    run.keeps_chain_inputs = True
     if attrs["retry_policy"] is not None or attrs["cron_schedule"]:
         run.input = list(attrs["input"])
         run.header = dict(attrs["header"])

@@ -61,7 +61,8 @@ def _retry_or_cron(w: Writer, run: RunState, failure: Record, completed_id: int)
     """Start the run's next run if its retry policy or cron schedule asks for one (None then), or why not."""
     if run.cancel_requested:  # asked to stop: neither a retry nor the next cron run brings it back
         return "CANCEL_REQUESTED"
-    policy = None if run.retry_policy is None else with_defaults(run.retry_policy)
+    # A run started before retries were kept (its input was not) fails as it would have then.
+    policy = None if run.retry_policy is None or not run.keeps_chain_inputs else with_defaults(run.retry_policy)
     decision = decide_retry(policy, run.attempt, failure, w.now_ms, run.execution_expiration_time_ms)
     if decision.retry_state == "IN_PROGRESS":
         _continue(w, run, "RETRY", decision.delay_ms, attempt=run.attempt + 1, failure=failure,

@@ -320,3 +320,18 @@ def test_a_parent_cancels_its_retried_child_through_the_chain() -> None:
     reached = child.deliver(request)
     assert types(reached) == [ev.WORKFLOW_EXECUTION_CANCEL_REQUESTED] and child.run_id != first
     assert child.run.cancel_requested
+
+
+def test_a_run_started_before_retries_were_kept_fails_as_it_did_then() -> None:
+    """A run whose start version 1 of the applier folded (before issue 17) kept no input: its retry policy, then
+    accepted and ignored, does not retry it now with empty input (found by review)."""
+    h = Harness()
+    start(h, retry_policy=POLICY)
+    run_id, first = h.history[0]
+    assert first["event_type"] == ev.WORKFLOW_EXECUTION_STARTED
+    h.history[0] = (run_id, {**first, "applier_version": 1})  # as an older server wrote it
+    h.workflow = replay(Workflow(NS, WF), list(h.history))
+    assert h.run.retry_policy is not None and not h.run.keeps_chain_inputs
+    step = fail(h)
+    assert types(step)[-1] == ev.WORKFLOW_EXECUTION_FAILED and ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW not in types(step)
+    assert attrs(step, ev.WORKFLOW_EXECUTION_FAILED)["retry_state"] == "RETRY_POLICY_NOT_SET"
