@@ -256,6 +256,7 @@ class WorkflowInstance:
         self._rejected: list[Record] = []  # updates the live activation's validators refused
         self._handlers: dict[asyncio.Task[Any], tuple[str, str, int]] = {}  # running: (kind, name, unfinished policy)
         self.sdk_flags: frozenset[int] | None = None  # the run's SDK behaviour flags: known at its first activation
+        self._resolving_local = False  # replaying a local activity's outcome (`_match_local`)
 
     def flag(self, flag: int) -> bool:
         """Whether this run has the SDK behaviour `flag` (`SDK_FLAGS`), as Temporal's SDK flags: a run keeps the
@@ -353,18 +354,20 @@ class WorkflowInstance:
         """A local activity's marker. Recorded where its outcome came (a live activation's answer carries it after the
         commands made before): here the code's commands must all be matched, unless this copy made the marker itself
         (live). On replay the marker's outcome resolves the local activity, and what the code then does must match
-        the events that follow."""
+        the events that follow. A command still unmatched here is one the live run took back when the outcome came
+        in the same task (the timer of `asyncio.wait_for` around the local activity, say): the outcome must take it
+        back again now, or the code has changed."""
         resolution = read_local_marker(self.converter, _attrs(event))
         seq, kind = resolution["seq"], resolution["activity_type"]
-        if self._expected:
-            pending = self._expected.pop(0)
-            if pending.local_seq == seq:
-                return
-            raise exc.NondeterminismError(
-                f"history has the outcome of local activity {kind!r} (seq {seq}) at event {event['event_id']} but "
-                f"workflow code now produces {_describe(pending.name, pending.body)}")
+        if self._expected and self._expected[0].local_seq == seq:
+            self._expected.pop(0)
+            return
         handle = self._locals.pop(seq, None)
-        if handle is None:
+        if handle is None or any(p.local_seq == seq for p in self._expected):
+            if self._expected:
+                raise exc.NondeterminismError(
+                    f"history has the outcome of local activity {kind!r} (seq {seq}) at event {event['event_id']} "
+                    f"but workflow code now produces {_describe(self._expected[0].name, self._expected[0].body)}")
             raise exc.NondeterminismError(
                 f"history has the outcome of local activity {kind!r} (seq {seq}) at event {event['event_id']} but "
                 "workflow code did not start it")
@@ -372,12 +375,22 @@ class WorkflowInstance:
             raise exc.NondeterminismError(
                 f"history has local activity {seq} as {kind!r} at event {event['event_id']} but workflow code now "
                 f"runs {handle.activity_type!r}")
-        before = len(self._new)
-        failure = self._step(lambda: handle.resolve(resolution))
+        unmatched = list(self._expected)
+        before = {id(p) for p in self._new}  # (the outcome may take some of these back: counting would skew)
+        self._resolving_local = True
+        try:
+            failure = self._step(lambda: handle.resolve(resolution))
+        finally:
+            self._resolving_local = False
         if failure is not None:
             raise failure if isinstance(failure, exc.NondeterminismError) else exc.NondeterminismError(
                 f"replaying failed: {type(failure).__name__}: {failure}") from failure
-        self._expected.extend(self._new[before:])
+        kept = next((p for p in unmatched if p in self._expected), None)
+        if kept is not None:
+            raise exc.NondeterminismError(
+                f"history has the outcome of local activity {kind!r} (seq {seq}) at event {event['event_id']} but "
+                f"workflow code now produces {_describe(kept.name, kept.body)}")
+        self._expected.extend(p for p in self._new if id(p) not in before)
 
     def _learn_patches(self, events: list[Record], started_index: int) -> list[Record]:
         """What a replayed activation recorded among the command events after its COMPLETED: patches (markers),
@@ -786,11 +799,16 @@ class WorkflowInstance:
         return pending
 
     def withdraw(self, pending: _Pending) -> bool:
-        """Take back a command not yet sent (cancelled within the activation that made it)."""
+        """Take back a command not yet sent (cancelled within the activation that made it). Replaying a local
+        activity's outcome, the commands still unmatched are ones the live run took back then (`_match_local`)."""
+        taken = False
+        if self._resolving_local and pending in self._expected:
+            self._expected.remove(pending)
+            taken = True
         if pending in self._new:
             self._new.remove(pending)
-            return True
-        return False
+            taken = True
+        return taken
 
     def on(self, family: str, event_id: int, resolver: Callable[[Record], None]) -> None:
         self._by_event[(family, event_id)] = resolver

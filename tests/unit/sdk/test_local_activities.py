@@ -340,3 +340,33 @@ async def test_a_signal_during_a_heartbeated_local_activity_is_handled_while_it_
     assert events.index("WORKFLOW_EXECUTION_SIGNALED") < events.index("MARKER_RECORDED")
     assert calls == [("slow", 1, True)]
     assert Replayer(workflows=[SlowWithSignals]).replay(history).failure is None
+
+
+@activity.defn
+async def quick(name: str) -> str:
+    return f"hi {name}"
+
+
+@workflow.defn
+class GuardedLocal:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        # Temporal's common pattern: a wait bounded by a timeout. Its timer is made in the activation that starts the
+        # local activity and taken back, never sent, when the outcome comes in the same task.
+        result = await asyncio.wait_for(
+            workflow.execute_local_activity(quick, name, start_to_close_timeout=timedelta(seconds=5)), timeout=60)
+        await workflow.sleep(timedelta(minutes=1))
+        return result
+
+
+@run_async
+async def test_a_command_taken_back_when_the_outcome_came_is_taken_back_on_replay_too() -> None:
+    """Found by review: replay met the timer the live run had taken back, before the marker, and called it
+    non-deterministic; with no cache every task replays, so the run never finished."""
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[GuardedLocal], activities=[quick], max_cached_workflows=0):
+        handle = await env.client.start_workflow(GuardedLocal.run, "Ada", id="guarded", task_queue=Q)
+        assert await asyncio.wait_for(handle.result(), 20) == "hi Ada"
+        history = await handle.fetch_history()
+    assert "WORKFLOW_TASK_FAILED" not in kinds(history)
+    assert Replayer(workflows=[GuardedLocal]).replay(history).failure is None
