@@ -17,6 +17,15 @@ Record = dict[str, Any]
 DEFAULT_LOCAL_RETRY_THRESHOLD_MS = 60_000  # Temporal's default: a longer backoff waits on a workflow timer
 
 
+TIMEOUT_GRACE_S = 0.2  # how long a timed-out attempt may take to stop before its outcome is given without it
+
+
+def _drop_outcome(task: asyncio.Future[Any]) -> None:
+    """An abandoned attempt's outcome, retrieved so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 class LocalActivityRunner:
     """The local activities of one worker: at most `max_concurrent` attempts run at once (the others wait for a slot,
     which counts against their schedule-to-start timeout). `executor` is None on a worker without activities: every
@@ -113,9 +122,13 @@ class LocalActivityRunner:
             stop.cancel()
         if run not in done:
             run.cancel()  # the attempt stops (an activity thread at its next heartbeat)
-            await asyncio.gather(run, return_exceptions=True)
-            if cancel.is_set():
+            if cancel.is_set():  # the workflow cancelled it: its cancellation type may wait for the stop
+                await asyncio.gather(run, return_exceptions=True)
                 return self.converter.encode_failure(exc.CancelledError("local activity cancelled")), None
+            # A timeout is the outcome at once, as in Temporal: an attempt that ignores its cancellation is left to
+            # end on its own, its outcome dropped, rather than holding (and heartbeating) the workflow task.
+            await asyncio.wait({run}, timeout=TIMEOUT_GRACE_S)
+            run.add_done_callback(_drop_outcome)
             kind = "SCHEDULE_TO_CLOSE" if deadline is not None and time.monotonic() >= deadline else \
                 "START_TO_CLOSE"
             return self.converter.encode_failure(exc.TimeoutError(

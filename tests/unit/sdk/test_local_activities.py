@@ -6,6 +6,7 @@ long attempt keeps its task alive by heartbeating it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from datetime import timedelta
 from typing import Any
@@ -370,3 +371,37 @@ async def test_a_command_taken_back_when_the_outcome_came_is_taken_back_on_repla
         history = await handle.fetch_history()
     assert "WORKFLOW_TASK_FAILED" not in kinds(history)
     assert Replayer(workflows=[GuardedLocal]).replay(history).failure is None
+
+
+@activity.defn
+async def stubborn() -> str:
+    end = time.monotonic() + 6
+    while time.monotonic() < end:
+        with contextlib.suppress(asyncio.CancelledError):  # ignores its cancellation
+            await asyncio.sleep(0.05)
+    return "done"
+
+
+@workflow.defn
+class Stubborn:
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            return await workflow.execute_local_activity(stubborn, start_to_close_timeout=timedelta(milliseconds=300),
+                                                         retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError as error:
+            return f"failed: {type(error.cause).__name__}"
+
+
+@run_async
+async def test_a_timeout_is_the_outcome_at_once_even_if_the_attempt_ignores_its_cancellation() -> None:
+    """Found by review: the worker waited for the attempt to stop, heartbeating the task meanwhile."""
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[Stubborn], activities=[stubborn]):
+        handle = await env.client.start_workflow(Stubborn.run, id="stubborn", task_queue=Q,
+                                                 task_timeout=timedelta(seconds=2))
+        answer = await handle.result()
+        history = await handle.fetch_history()
+    assert answer == "failed: TimeoutError"
+    # One task: waiting for the attempt (6 s) would have heartbeated it at 80% of its 2 s, again and again.
+    assert kinds(history).count("WORKFLOW_TASK_COMPLETED") == 1, kinds(history)
