@@ -32,7 +32,7 @@ from tests.e2e.sdk_scenarios.workflows import (
     CancelsActivity,
     Child,
     Counter,
-    FailsTwice,
+    FailsThrice,
     Hello,
     LongJob,
     OrderedA,
@@ -253,14 +253,15 @@ async def test_continue_as_new_carries_state_over_five_runs(env: ScenarioEnv) ->
 
 
 async def test_a_failed_workflow_is_retried_as_new_runs_of_its_chain(env: ScenarioEnv) -> None:
+    """Issue 17's scenario: a workflow retried three times, then succeeding."""
     policy = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
-    async with env.worker(workflows=[FailsTwice]):
-        handle = await env.client.start_workflow(FailsTwice.run, "job", id=env.workflow_id("fails-twice"),
+    async with env.worker(workflows=[FailsThrice]):
+        handle = await env.client.start_workflow(FailsThrice.run, "job", id=env.workflow_id("fails-thrice"),
                                                  task_queue=env.task_queue, retry_policy=policy)
         attempt, first_run, last_failure = await handle.result()  # follows the retries to the last run
-    assert (attempt, first_run, last_failure) == (3, handle.run_id, "job: attempt 2 fails")
+    assert (attempt, first_run, last_failure) == (4, handle.run_id, "job: attempt 3 fails")
     run_id, backoffs = handle.run_id, []
-    for expected_attempt in (1, 2):
+    for expected_attempt in (1, 2, 3):
         history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
         assert attrs(history[0])["attempt"] == expected_attempt
         closing = history[-1]
@@ -269,7 +270,7 @@ async def test_a_failed_workflow_is_retried_as_new_runs_of_its_chain(env: Scenar
         assert attrs(closing)["failure"]["message"] == f"job: attempt {expected_attempt} fails"
         backoffs.append(attrs(closing)["backoff_start_interval_ms"])
         run_id = attrs(closing)["new_execution_run_id"]
-    assert backoffs == [200, 400]
+    assert backoffs == [200, 400, 800]
     last = await env.client.get_workflow_handle(handle.id).describe()
     assert (last.run_id, last.status) == (run_id, "COMPLETED")
 

@@ -322,14 +322,14 @@ ALL_ACTIVITIES = [greet, charge, reserve, refund, flaky, heartbeating]
 # -- a workflow retried by its retry policy -----------------------------------------------------------------------
 
 @workflow.defn
-class FailsTwice:
-    """Fails on its first two attempts: each retry is a new run that sees its attempt and the previous failure."""
+class FailsThrice:
+    """Fails on its first three attempts: each retry is a new run that sees its attempt and the previous failure."""
 
     @workflow.run
     async def run(self, name: str) -> list[object]:
         info = workflow.info()
         last = workflow.get_last_failure()
-        if info.attempt < 3:
+        if info.attempt < 4:
             raise ApplicationError(f"{name}: attempt {info.attempt} fails", type="Transient")
         return [info.attempt, info.first_execution_run_id, str(last)]
 
