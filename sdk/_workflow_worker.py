@@ -56,7 +56,8 @@ class WorkflowTaskHandler:
         self.failures = FailingRuns()
         self.local_activities = local_activities or LocalActivityRunner(None, converter)
         # Local activities running, per run: they outlive a heartbeated task, and the run's next task waits for them.
-        self.local_runs: dict[str, dict[int, tuple[asyncio.Task[Record], asyncio.Event]]] = {}
+        # (job, its cancel event, activity type) by seq: they outlive a cached copy, and a fresh copy adopts them
+        self.local_runs: dict[str, dict[int, tuple[asyncio.Task[Record], asyncio.Event, str]]] = {}
         self.max_concurrent = max_concurrent
         self.running = 0  # tasks being handled now (at most max_concurrent)
         self._slots: asyncio.Semaphore | None = None
@@ -127,14 +128,19 @@ class WorkflowTaskHandler:
         ready: list[Record] = []
         while True:
             for request in outcome.local_activities:
+                running = runs.get(request["seq"])
+                if running is not None and running[2] == request["activity_type"]:
+                    continue  # still running from an earlier copy of the run (evicted, or none cached): adopted
+                if running is not None:
+                    running[0].cancel()
                 cancel = asyncio.Event()
                 job = asyncio.ensure_future(self.local_activities.run(request, task, cancel))
-                runs[request["seq"]] = (job, cancel)
+                runs[request["seq"]] = (job, cancel, request["activity_type"])
             for seq in outcome.local_cancels:  # after the starts: one may be cancelled in the activation that made it
                 if seq in runs:
                     runs[seq][1].set()
             for seq in [seq for seq in runs if seq not in outcome.local_waiting]:
-                job, _ = runs.pop(seq)  # abandoned (cancelled without waiting): its outcome would be dropped
+                job, _, _ = runs.pop(seq)  # abandoned (cancelled without waiting): its outcome would be dropped
                 job.cancel()
             if ready:
                 outcome = instance.resolve_local_activity(ready.pop(0))
@@ -163,7 +169,7 @@ class WorkflowTaskHandler:
         return outcome
 
     def _stop_local_activities(self, run_id: str) -> None:
-        for job, _ in self.local_runs.pop(run_id, {}).values():
+        for job, _, _ in self.local_runs.pop(run_id, {}).values():
             job.cancel()
 
     def _instance(self, task: Record, definition: WorkflowDefinition,
@@ -181,7 +187,8 @@ class WorkflowTaskHandler:
             seen = task["previous_started_event_id"] - 1  # the previous task's SCHEDULED: what the copy has seen
             return cached, _through(full_history(), seen, first, task) + task["events"]
         self.replays += 1
-        self._stop_local_activities(task["run_id"])  # a copy's local activities: this one runs them again
+        # A copy's local activities still running are adopted by this one when it asks for them at the same seq
+        # (`_run_local_activities`): a local activity longer than a task is not started again on every cache miss.
         return self.new_instance(definition, task), _through(full_history(), 0, first, task) + task["events"]
 
     def new_instance(self, definition: WorkflowDefinition, task: Record) -> WorkflowInstance:

@@ -405,3 +405,35 @@ async def test_a_timeout_is_the_outcome_at_once_even_if_the_attempt_ignores_its_
     assert answer == "failed: TimeoutError"
     # One task: waiting for the attempt (6 s) would have heartbeated it at 80% of its 2 s, again and again.
     assert kinds(history).count("WORKFLOW_TASK_COMPLETED") == 1, kinds(history)
+
+
+SLOW_STARTS: list[float] = []
+
+
+@activity.defn
+async def slow_once(seconds: float) -> str:
+    SLOW_STARTS.append(seconds)
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@workflow.defn
+class SlowLocal:
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        return await workflow.execute_local_activity(slow_once, seconds, start_to_close_timeout=timedelta(seconds=30))
+
+
+@run_async
+async def test_a_local_activity_longer_than_a_task_is_adopted_by_a_fresh_copy_not_started_again() -> None:
+    """Found by review: with no cached copy, each heartbeated task's fresh copy cancelled the running attempt and
+    started it again, so a local activity longer than 80% of the task timeout never finished."""
+    SLOW_STARTS.clear()
+    async with await WorkflowEnvironment.start_time_skipping() as env, \
+            Worker(env.client, task_queue=Q, workflows=[SlowLocal], activities=[slow_once], max_cached_workflows=0):
+        handle = await env.client.start_workflow(SlowLocal.run, 1.5, id="slow-local", task_queue=Q,
+                                                 task_timeout=timedelta(seconds=1))
+        assert await asyncio.wait_for(handle.result(), 20) == "slept 1.5"
+        history = await handle.fetch_history()
+    assert SLOW_STARTS == [1.5]  # one attempt, carried across the heartbeated tasks
+    assert len(markers(history)) == 1 and "WORKFLOW_TASK_FAILED" not in kinds(history)
