@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "check_history",
     "check_runs",
     "fold_runs",
+    "high_watermarks",
     "read_history",
     "read_history_partitions",
 ]
@@ -413,8 +414,9 @@ def read_history(bootstrap: str, prefix: str, timeout: float = 30.0) -> Iterator
         yield key, value
 
 
-def read_history_partitions(bootstrap: str, prefix: str,
-                            timeout: float = 30.0) -> Iterator[tuple[int, str, bytes | None]]:
+def read_history_partitions(bootstrap: str, prefix: str, timeout: float = 30.0, *,
+                            starts: Mapping[int, int] | None = None, stops: Mapping[int, int] | None = None,
+                            progress: Callable[[int], None] | None = None) -> Iterator[tuple[int, str, bytes | None]]:
     """(partition, key, value) of every committed history record, each partition read past its end as of the start.
 
     The ends are the high watermarks, asked for read_uncommitted: a read_committed consumer's own "end" is the
@@ -424,23 +426,32 @@ def read_history_partitions(bootstrap: str, prefix: str,
     transactions (a run that continued as new is never cut from its successor). Keys that are not UTF-8 come
     through with surrogate escapes, which `check_runs` reports.
 
+    `starts` (partition -> first offset) reads from a point rather than the beginning: the replay gate seeks to a
+    time (`history_window`). `stops` (partition -> offset) reads only those partitions and only below those offsets,
+    so an older slice can be read without reading again what was already read. `progress` is told how many offsets
+    have been passed so far, after every batch (a long read shows a progress bar).
+
     Raises:
         KafkaUnavailable: no broker answers at `bootstrap`.
         CheckerError: the topic does not exist, or a partition makes no progress towards its end for
             `timeout` seconds (the usual cause: a transaction that stays open).
     """
     topic = topic_name(prefix, Topic.HISTORY)
-    ends = _high_watermarks(bootstrap, topic, timeout)
+    ends = dict(stops) if stops is not None else high_watermarks(bootstrap, topic, timeout)
+    first = {p: (starts or {}).get(p, 0) for p in ends}
     consumer = reader(bootstrap, f"{prefix}-checker")  # its group is in the auditor's ACLs (docs/security.md)
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        reached = dict.fromkeys(ends, 0)  # the next offset to read, per partition
-        done = {p for p, end in ends.items() if end == 0}
+        consumer.assign([TopicPartition(topic, p, first[p] or OFFSET_BEGINNING) for p in ends])
+        reached = dict(first)  # the next offset to read, per partition
+        done = {p for p, end in ends.items() if end <= first[p]}
         deadline = time.monotonic() + timeout
         while len(done) < len(ends):
             for msg in consumer.consume(BATCH, POLL_SECONDS):
                 p, error = msg.partition(), msg.error()
                 if p in done:
+                    continue
+                if stops is not None and error is None and msg.offset() >= ends[p]:
+                    done.add(p)  # a hard stop: what lies beyond was read already
                     continue
                 if error is None:
                     key = msg.key()
@@ -450,10 +461,12 @@ def read_history_partitions(bootstrap: str, prefix: str,
                     at = msg.offset() + 1 if error is None else msg.offset()
                     if at > reached[p]:
                         reached[p], deadline = at, time.monotonic() + timeout
-                    if error is not None and at >= ends[p]:
+                    if at >= ends[p] and (error is not None or stops is not None):
                         done.add(p)
                 elif not error.retriable():
                     raise CheckerError(f"reading {topic}: {error.str()}")
+            if progress is not None:
+                progress(sum(min(reached[p], ends[p]) - first[p] for p in ends))
             if len(done) < len(ends) and time.monotonic() > deadline:
                 raise CheckerError(_stuck(topic, {p: (reached[p], ends[p]) for p in sorted(set(ends) - done)}, timeout))
     finally:
@@ -467,7 +480,8 @@ def _stuck(topic: str, partitions: dict[int, tuple[int, int]], timeout: float) -
             "transaction.timeout.ms passes).")
 
 
-def _high_watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, int]:
+def high_watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, int]:
+    """The end offset of each partition of `topic`, read_uncommitted (see `read_history_partitions`)."""
     admin = admin_client(bootstrap)
     wait_for_brokers(admin, bootstrap, timeout)
     # Listing every topic, not asking for this one: a metadata request naming a topic may auto-create it.
@@ -486,7 +500,7 @@ def _high_watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, in
 
 def check_history(bootstrap: str, prefix: str, timeout: float = 30.0) -> CheckReport:
     """Read the whole history topic and check it, including that each workflow's records are on its shard."""
-    shards = len(_high_watermarks(bootstrap, topic_name(prefix, Topic.HISTORY), timeout))
+    shards = len(high_watermarks(bootstrap, topic_name(prefix, Topic.HISTORY), timeout))
     misplaced: list[Problem] = []
     report = check_runs(_on_their_shards(read_history_partitions(bootstrap, prefix, timeout), shards, misplaced))
     report.problems.extend(misplaced)
