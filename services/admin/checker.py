@@ -439,7 +439,9 @@ def read_history_partitions(bootstrap: str, prefix: str, timeout: float = 30.0, 
     topic = topic_name(prefix, Topic.HISTORY)
     ends = dict(stops) if stops is not None else high_watermarks(bootstrap, topic, timeout)
     first = {p: (starts or {}).get(p, 0) for p in ends}
-    consumer = reader(bootstrap, f"{prefix}-checker")  # its group is in the auditor's ACLs (docs/security.md)
+    # Its group is in the auditor's ACLs (docs/security.md). A start that retention deleted meanwhile reads from the
+    # earliest record left rather than the end (librdkafka's default), which would silently skip the partition.
+    consumer = reader(bootstrap, f"{prefix}-checker", overrides={"auto.offset.reset": "earliest"})
     try:
         consumer.assign([TopicPartition(topic, p, first[p] or OFFSET_BEGINNING) for p in ends])
         reached = dict(first)  # the next offset to read, per partition

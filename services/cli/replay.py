@@ -67,7 +67,7 @@ def _plan(sample: int | None, per_type: bool, since: str | None, types: list[str
 
 
 @contextlib.contextmanager
-def _progress(show: bool) -> Iterator[Progress | None]:
+def progress_bars(show: bool) -> Iterator[Progress | None]:
     """A progress bar per thing being read (on stderr, only on a terminal): a long topic takes a while."""
     if not show:
         yield None
@@ -130,7 +130,7 @@ def replay(
         sources.append(from_files(paths or []))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    with _progress(err_console.is_terminal) as tell:
+    with progress_bars(err_console.is_terminal) as tell:
         try:
             for uri in archive or []:
                 sources.append(from_archive(uri, plan, progress=tell))

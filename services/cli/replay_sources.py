@@ -126,7 +126,8 @@ def from_archive(uri: str, plan: SamplePlan, *, progress: Progress | None = None
     from ostinato.sdk.blobstore_s3 import s3_client
 
     store = S3Archive.from_uri(s3_client(), uri)
-    listed = [(key, at) for key, at in store.archives() if plan.since_ms is None or at >= plan.since_ms]
+    # S3 keeps last-modified times to the second: a second's slack, and the close time decides exactly below.
+    listed = [(key, at) for key, at in store.archives() if plan.since_ms is None or at >= plan.since_ms - 1000]
     out = Sampled()
     summaries: list[RunSummary] = []
     histories: dict[tuple[str, str, str], tuple[str, WorkflowHistory]] = {}

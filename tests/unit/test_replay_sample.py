@@ -108,3 +108,15 @@ def test_since_is_an_age_or_an_iso_time() -> None:
         datetime(2026, 1, 2, 2, 4, 5, tzinfo=UTC).timestamp() * 1000)
     with pytest.raises(ValueError, match="neither an age"):
         parse_since("a week", now)
+
+
+def test_the_progress_bars_take_what_the_readers_tell() -> None:
+    from ostinato.services.cli.replay import progress_bars
+
+    with progress_bars(True) as tell:
+        assert tell is not None
+        tell("history", 0, 10)
+        tell("history", 10, 10)
+        tell("older runs", 3, 4)
+    with progress_bars(False) as nothing:
+        assert nothing is None
