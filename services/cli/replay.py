@@ -25,8 +25,8 @@ console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 if TYPE_CHECKING:  # imported where used: every `ostinato` command imports this module, few replay
+    from ostinato.sdk.history_sample import SamplePlan
     from ostinato.sdk.replayer import Replayer
-    from ostinato.services.admin.replay_sample import SamplePlan
     from ostinato.services.cli.replay_gate import GateReport
     from ostinato.services.cli.replay_sources import Progress
 
@@ -51,7 +51,7 @@ def _replayer(target: str) -> Replayer:
 
 
 def _plan(sample: int | None, per_type: bool, since: str | None, types: list[str] | None) -> SamplePlan:
-    from ostinato.services.admin.replay_sample import SamplePlan, parse_since
+    from ostinato.sdk.history_sample import SamplePlan, parse_since
 
     if sample is not None and sample < 1:
         raise typer.BadParameter("--sample must be at least 1")
@@ -117,7 +117,7 @@ def replay(
     of a removed workflow type), 2 usage or connection errors, or nothing to replay."""
     from ostinato.connectors.archive import ArchiveError
     from ostinato.kafka.clients import KafkaConfigError, KafkaUnavailable
-    from ostinato.services.admin.checker import CheckerError
+    from ostinato.kafka.history_reader import HistoryReadError
     from ostinato.services.cli.replay_gate import replay_candidates
     from ostinato.services.cli.replay_sources import Sampled, from_archive, from_files
     from ostinato.services.cli.replay_sources import from_kafka as kafka_sample
@@ -139,7 +139,7 @@ def replay(
                 sources.append(kafka_sample(kafka, prefix, plan, timeout=timeout, progress=tell))
         except (ValueError, ArchiveError) as exc:
             raise typer.BadParameter(f"--archive: {exc}") from None
-        except (CheckerError, KafkaUnavailable, KafkaConfigError) as exc:
+        except (HistoryReadError, KafkaUnavailable, KafkaConfigError) as exc:
             err_console.print(f"[red]cannot read the history:[/red] {exc}", highlight=False)
             raise typer.Exit(2) from None
     report = replay_candidates(replayer, [c for s in sources for c in s.candidates])

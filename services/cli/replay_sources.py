@@ -1,7 +1,8 @@
 """Where `ostinato replay` finds histories: saved files, the history topic (sampled), archived runs in S3 (sampled).
 
 Each source yields `Candidate`s, so the gate (`replay_gate`) replays and reports them the same way whatever their
-origin. Sampling itself is pure and lives in `ostinato.services.admin.replay_sample`.
+origin. Sampling itself is pure and lives in `ostinato.sdk.history_sample`; the topic is read by
+`ostinato.sdk.history_window`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ostinato.sdk.history_sample import RunSummary, SamplePlan, pick
 from ostinato.sdk.replayer import WorkflowHistory, load_events, read_archive
-from ostinato.services.admin.replay_sample import RunSummary, SamplePlan, decode_history, pick, summarize
 from ostinato.streams import events as ev
 
 __all__ = ["Candidate", "Sampled", "from_archive", "from_files", "from_kafka"]
@@ -91,20 +92,13 @@ def _is_open(events: list[dict[str, object]]) -> bool:
 def from_kafka(bootstrap: str, prefix: str, plan: SamplePlan, *, timeout: float = 30.0,
                progress: Progress | None = None) -> Sampled:
     """The most recent runs in the history topic, as `plan` says; only the chosen runs are decoded whole."""
-    from ostinato.services.admin.history_window import read_runs
+    from ostinato.sdk.history_window import sample_runs
 
-    raw_runs = read_runs(bootstrap, prefix, plan.since_ms, timeout=timeout, progress=progress)
-    out = Sampled(considered=len(raw_runs))
-    summaries: list[RunSummary] = []
-    for run, raw in raw_runs.items():
-        summary = summarize(run, raw)
-        if isinstance(summary, str):
-            out.unreadable[summary] += 1
-        else:
-            summaries.append(summary)
-    for summary in pick(summaries, plan):
+    sampled = sample_runs(bootstrap, prefix, plan, timeout=timeout, progress=progress)
+    out = Sampled(unreadable=sampled.unreadable, considered=sampled.considered)
+    for summary, events in sampled.runs:
         _, workflow_id, run_id = summary.run
-        history = WorkflowHistory(workflow_id, decode_history(raw_runs[summary.run]), run_id)
+        history = WorkflowHistory(workflow_id, events, run_id)
         out.candidates.append(Candidate("/".join(summary.run), summary.workflow_type, not summary.closed,
                                         not summary.closed, history))
     return out

@@ -22,14 +22,15 @@ from typer.testing import CliRunner, Result
 
 from ostinato.client import Client
 from ostinato.connectors.archive import ArchivedRun, S3Archive
+from ostinato.exceptions import NondeterminismError
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.sdk.blobstore_s3 import s3_client
 from ostinato.services.admin.cluster import init_cluster
 from ostinato.services.cli.main import app
-from ostinato.worker import Worker
+from ostinato.worker import Replayer, Worker, sample_histories
 from tests.conftest import run_cli
-from tests.e2e.replay_gate_app import Greeter, Waiter, greet, prepare
+from tests.e2e.replay_gate_app import COMPATIBLE, INCOMPATIBLE, Greeter, Waiter, greet, prepare
 from tests.tools.servers import ServerProcess
 
 Q = "gate-q"
@@ -194,6 +195,23 @@ def test_archived_runs_in_s3_are_sampled_and_judged(fleet: Fleet) -> None:
     assert report["types"]["Greeter"]["first_failure"]["history"].startswith(f"{fleet.archive}/")
     rc, report = _gate(fleet, "COMPATIBLE", "--since", fleet.since, source="archive")
     assert rc == 0 and _counts(report, "Greeter") == (NEW_GREETERS, NEW_GREETERS, 0, 0)
+
+
+def test_the_sdk_samples_histories_for_a_replayer_in_ci(fleet: Fleet) -> None:
+    """`ostinato.worker.sample_histories` gives a user's own CI test what the gate replays, for Temporal's API."""
+    histories = sample_histories(fleet.bootstrap, prefix=fleet.prefix, sample=3, per_type=True)
+    assert len(histories) == 6 and all(h.run_id and h.workflow_id.startswith(fleet.prefix) for h in histories)
+
+    async def failures(code: list[type]) -> dict[str, Exception]:
+        results = await Replayer(workflows=code).replay_workflows(histories, raise_on_replay_failure=False)
+        return results.replay_failures
+
+    assert asyncio.run(failures(COMPATIBLE)) == {}
+    failed = asyncio.run(failures(INCOMPATIBLE))
+    assert len(failed) == 3 and all(isinstance(e, NondeterminismError) for e in failed.values())
+    since = datetime.fromisoformat(fleet.since)
+    recent = sample_histories(fleet.bootstrap, prefix=fleet.prefix, since=since, workflow_types=["Greeter"])
+    assert len(recent) == NEW_GREETERS
 
 
 def test_usage_and_connection_errors_exit_2() -> None:

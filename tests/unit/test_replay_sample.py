@@ -10,7 +10,7 @@ import pytest
 from ostinato.connectors.archive import ArchivedRun
 from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import history_key
-from ostinato.services.admin.replay_sample import (
+from ostinato.sdk.history_sample import (
     RawRun,
     RunId,
     RunSummary,

@@ -1,5 +1,6 @@
-"""Reading the history topic from a point in time (the replay gate's `--since`): every shard is sought by timestamp,
-then read back only as far as the runs that began before that point need.
+"""Reading the history topic from a point in time and sampling its runs (the replay gate's `--since`, and the SDK's
+`sample_histories`): every shard is sought by timestamp, then read back only as far as the runs that began before
+that point need.
 
 A long topic is never read whole when a start time is given: `offsets_for_times` finds, per partition, the first
 record at or after it. A run that has events in that window but began earlier (a long-lived open run, the kind new
@@ -10,52 +11,67 @@ the one before, until its first event is found.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, TopicPartition
-
-from ostinato.kafka.clients import reader
+from ostinato.kafka.history_reader import high_watermarks, offsets_at, read_history_partitions
 from ostinato.schemas.keys import shard_for
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.admin.checker import CheckerError, high_watermarks, read_history_partitions
-from ostinato.services.admin.replay_sample import RawRun, RunId, add_records
+from ostinato.sdk.history_sample import (
+    RawRun,
+    Record,
+    RunId,
+    RunSummary,
+    SamplePlan,
+    add_records,
+    decode_history,
+    pick,
+    summarize,
+)
 
 Progress = Callable[[str, int, int], None]  # (what is being read, offsets passed, offsets in all)
 
-__all__ = ["Progress", "offsets_at", "read_runs"]
+__all__ = ["HistorySample", "Progress", "read_runs", "sample_runs"]
 
 MIN_STEP_MS = 3_600_000  # the first slice before the window: an hour, or the window's own length if longer
 
 
-def offsets_at(bootstrap: str, prefix: str, ends: dict[int, int], at_ms: int, timeout: float) -> dict[int, int]:
-    """Per partition, the offset of the first history record written at or after `at_ms` (its end if none is)."""
-    if at_ms <= 0:
-        return dict.fromkeys(ends, 0)
-    topic = topic_name(prefix, Topic.HISTORY)
-    consumer = reader(bootstrap, f"{prefix}-checker")
-    try:
-        found = consumer.offsets_for_times([TopicPartition(topic, p, at_ms) for p in ends], timeout)
-    except KafkaException as exc:
-        raise CheckerError(f"cannot look up the offsets of {topic} at {at_ms}: {exc}") from None
-    finally:
-        consumer.close()
-    out: dict[int, int] = {}
-    for tp in found:
-        if tp.error is not None:
-            raise CheckerError(f"cannot look up the offset of {topic} partition {tp.partition}: {tp.error}")
-        out[tp.partition] = tp.offset if tp.offset >= 0 else ends[tp.partition]  # -1: nothing that recent
+@dataclass
+class HistorySample:
+    """The runs a plan chose, most recent first, each with its decoded history; and the runs that could not be
+    used, by reason (deleted by retention, first event not read...)."""
+
+    runs: list[tuple[RunSummary, list[Record]]] = field(default_factory=list)
+    unreadable: Counter[str] = field(default_factory=Counter)
+    considered: int = 0  # runs read before sampling
+
+
+def sample_runs(bootstrap: str, prefix: str, plan: SamplePlan, *, timeout: float = 30.0,
+                progress: Progress | None = None) -> HistorySample:
+    """The most recent runs in the history topic as `plan` says; only the chosen runs are decoded whole.
+
+    Raises:
+        KafkaUnavailable: no broker answers.
+        HistoryReadError: the topic is missing, or a partition stays behind an open transaction.
+    """
+    raw_runs = read_runs(bootstrap, prefix, plan.since_ms, timeout=timeout, progress=progress)
+    out = HistorySample(considered=len(raw_runs))
+    summaries: list[RunSummary] = []
+    for run, raw in raw_runs.items():
+        summary = summarize(run, raw)
+        if isinstance(summary, str):
+            out.unreadable[summary] += 1
+        else:
+            summaries.append(summary)
+    out.runs = [(summary, decode_history(raw_runs[summary.run])) for summary in pick(summaries, plan)]
     return out
 
 
 def read_runs(bootstrap: str, prefix: str, since_ms: int | None, *, timeout: float = 30.0,
               progress: Progress | None = None, now_ms: int | None = None) -> dict[RunId, RawRun]:
     """Every run with an event at or after `since_ms` (every run when None), each with its whole history as raw
-    records: the runs that began earlier are filled in from older slices of their partitions.
-
-    Raises:
-        KafkaUnavailable: no broker answers.
-        CheckerError: the topic is missing, or a partition stays behind an open transaction.
-    """
+    records: the runs that began earlier are filled in from older slices of their partitions."""
     topic = topic_name(prefix, Topic.HISTORY)
     ends = high_watermarks(bootstrap, topic, timeout)
     starts = dict.fromkeys(ends, 0) if since_ms is None else offsets_at(bootstrap, prefix, ends, since_ms, timeout)

@@ -1,7 +1,8 @@
-"""Which runs the pre-deploy replay gate replays: the most recent runs per workflow type, open and closed (pure).
+"""Which runs the pre-deploy replay gate (and `sample_histories`) replays: the most recent runs per workflow type, open
+and closed (pure).
 
-Nothing here touches Kafka or S3: `history_window` feeds it history records read off the topic, the archive
-source feeds it index entries, and the unit tests feed it hand-built ones.
+Nothing here touches Kafka or S3: `history_window` feeds it history records read off the topic, the CLI's archive
+source feeds it summaries of archived runs, and the unit tests feed it hand-built ones.
 
 A run's *recency* is the time of its latest event: the close time of a closed run, the last thing that happened
 to an open one. Open runs are sampled like closed ones, because they are the ones new code must continue.
@@ -24,6 +25,7 @@ RawRun = dict[int, bytes | None]  # event id -> the record's value (None: a tomb
 
 __all__ = [
     "RawRun",
+    "Record",
     "RunId",
     "RunSummary",
     "SamplePlan",
