@@ -147,7 +147,9 @@ def replay(
         report.unreadable.update(s.unreadable)
         report.considered += s.considered
     if json_out:
-        print(json.dumps(report.to_dict(), indent=2))
+        sampled = {"sample": plan.limit, "per_type": plan.per_type, "since_ms": plan.since_ms,
+                   "workflow_types": sorted(plan.workflow_types)}
+        print(json.dumps({**report.to_dict(), "plan": sampled}, indent=2))
     else:
         _print_report(report)
     if not report.replayed and not report.failures:

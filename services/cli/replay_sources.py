@@ -17,7 +17,7 @@ from ostinato.sdk.history_sample import RunSummary, SamplePlan, pick
 from ostinato.sdk.replayer import WorkflowHistory, load_events, read_archive
 from ostinato.streams import events as ev
 
-__all__ = ["Candidate", "Sampled", "from_archive", "from_files", "from_kafka"]
+__all__ = ["Candidate", "Sampled", "archive_sample_full", "from_archive", "from_files", "from_kafka"]
 
 Progress = Callable[[str, int, int], None]
 
@@ -129,7 +129,7 @@ def from_archive(uri: str, plan: SamplePlan, *, progress: Progress | None = None
     for done, (key, _) in enumerate(listed):
         if progress is not None:
             progress("archives", done, len(listed))
-        if _full(plan, taken, len(summaries)):
+        if archive_sample_full(plan, taken, len(summaries)):
             break
         try:
             archived = read_container(store.get(key))
@@ -154,7 +154,7 @@ def from_archive(uri: str, plan: SamplePlan, *, progress: Progress | None = None
     return out
 
 
-def _full(plan: SamplePlan, taken: Counter[str], total: int) -> bool:
+def archive_sample_full(plan: SamplePlan, taken: Counter[str], total: int) -> bool:
     """Whether no file still to be read could enter the sample (files come newest first)."""
     if plan.limit is None:
         return False

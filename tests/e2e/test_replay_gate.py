@@ -160,7 +160,8 @@ def test_a_compatible_change_passes_and_the_sample_is_per_type(fleet: Fleet) -> 
     assert _counts(report, "Greeter") == (GREETERS, GREETERS, 0, 0)
     assert _counts(report, "Waiter") == (WAITERS, WAITERS, 0, 0)
     rc, three = _gate(fleet, "COMPATIBLE", "--sample", "3", "--per-type")
-    assert rc == 0 and three["replayed"] == 6
+    assert rc == 0 and three["replayed"] == 6 and three["considered"] == GREETERS + WAITERS
+    assert three["plan"] == {"sample": 3, "per_type": True, "since_ms": None, "workflow_types": []}
     assert _counts(three, "Greeter") == (3, 3, 0, 0) and _counts(three, "Waiter") == (3, 3, 0, 0)
     rc, overall = _gate(fleet, "COMPATIBLE", "--sample", "3", "--workflow-type", "Waiter")
     assert rc == 0 and list(overall["types"]) == ["Waiter"] and overall["replayed"] == 3

@@ -120,3 +120,17 @@ def test_the_progress_bars_take_what_the_readers_tell() -> None:
         tell("older runs", 3, 4)
     with progress_bars(False) as nothing:
         assert nothing is None
+
+
+def test_archives_stop_downloading_once_no_older_file_could_enter_the_sample() -> None:
+    from collections import Counter
+
+    from ostinato.services.cli.replay_sources import archive_sample_full
+
+    assert not archive_sample_full(SamplePlan(), Counter(), 10**6)
+    assert archive_sample_full(SamplePlan(limit=3), Counter(), 3)
+    # Per type, every type may still be waiting for its first run, unless the types are named.
+    assert not archive_sample_full(SamplePlan(limit=1, per_type=True), Counter({"A": 5}), 5)
+    named = SamplePlan(limit=2, per_type=True, workflow_types=frozenset({"A", "B"}))
+    assert not archive_sample_full(named, Counter({"A": 2, "B": 1}), 3)
+    assert archive_sample_full(named, Counter({"A": 2, "B": 2}), 4)
