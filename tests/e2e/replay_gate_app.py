@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ostinato import activity, workflow
+from ostinato.worker import Replayer
 
 TIMEOUT = timedelta(seconds=10)
 
@@ -72,3 +73,4 @@ INCOMPATIBLE = [GreeterWithTimer, Waiter]
 COMPATIBLE = [GreeterPatched, Waiter]
 WAITER_REMOVED = [Greeter]  # Waiter still has open runs: the gate must fail
 GREETER_REMOVED = [Waiter]  # Greeter's runs are all closed: skipped, the gate passes
+REPLAYER = Replayer(workflows=COMPATIBLE)  # a configured Replayer (its converter, interceptors) serves as well

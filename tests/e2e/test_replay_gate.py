@@ -64,22 +64,21 @@ async def _run_fleet(url: str, tag: str) -> tuple[str, dict[str, str]]:
     """Old runs, a pause, the `--since` point, new runs; one old open run is signalled after that point."""
     client = await Client.connect(url)
     async with Worker(client, task_queue=Q, workflows=[Greeter, Waiter], activities=[greet, prepare]):
-        old = [await client.start_workflow(Greeter.run, f"old{i}", id=f"{tag}-old-g{i}", task_queue=Q)
-               for i in range(OLD_GREETERS)]
-        old_waiters = [await client.start_workflow(Waiter.run, i, id=f"{tag}-old-w{i}", task_queue=Q)
-                       for i in range(OLD_WAITERS)]
+        old = await asyncio.gather(*(client.start_workflow(Greeter.run, f"old{i}", id=f"{tag}-old-g{i}", task_queue=Q)
+                                     for i in range(OLD_GREETERS)))
+        old_waiters = await asyncio.gather(*(client.start_workflow(Waiter.run, i, id=f"{tag}-old-w{i}", task_queue=Q)
+                                             for i in range(OLD_WAITERS)))
         await asyncio.gather(*(h.result() for h in old), *(_settled(client, h.id) for h in old_waiters))
         await asyncio.sleep(1.5)
         since = datetime.now(UTC).isoformat()
         await asyncio.sleep(0.5)
-        greeters = [await client.start_workflow(Greeter.run, f"n{i}", id=f"{tag}-g{i}", task_queue=Q)
-                    for i in range(NEW_GREETERS)]
-        waiters = [await client.start_workflow(Waiter.run, i, id=f"{tag}-w{i}", task_queue=Q)
-                   for i in range(NEW_WAITERS)]
+        greeters = await asyncio.gather(*(client.start_workflow(Greeter.run, f"n{i}", id=f"{tag}-g{i}", task_queue=Q)
+                                          for i in range(NEW_GREETERS)))
+        waiters = await asyncio.gather(*(client.start_workflow(Waiter.run, i, id=f"{tag}-w{i}", task_queue=Q)
+                                         for i in range(NEW_WAITERS)))
         await asyncio.gather(*(_settled(client, h.id) for h in waiters))
         signalled = [*waiters[:NEW_SIGNALLED], old_waiters[0]]  # the old one: begun before --since, closed after
-        for handle in signalled:
-            await handle.signal(Waiter.finish)
+        await asyncio.gather(*(handle.signal(Waiter.finish) for handle in signalled))
         await asyncio.gather(*(h.result() for h in [*greeters, *signalled]))
         await asyncio.gather(*(_settled(client, h.id) for h in [*waiters[NEW_SIGNALLED:], old_waiters[1]]))
     return since, {h.id: h.run_id or "" for h in [*old, *greeters, *signalled]}
@@ -163,7 +162,7 @@ def test_a_compatible_change_passes_and_the_sample_is_per_type(fleet: Fleet) -> 
     assert rc == 0 and three["replayed"] == 6 and three["considered"] == GREETERS + WAITERS
     assert three["plan"] == {"sample": 3, "per_type": True, "since_ms": None, "workflow_types": []}
     assert _counts(three, "Greeter") == (3, 3, 0, 0) and _counts(three, "Waiter") == (3, 3, 0, 0)
-    rc, overall = _gate(fleet, "COMPATIBLE", "--sample", "3", "--workflow-type", "Waiter")
+    rc, overall = _gate(fleet, "REPLAYER", "--sample", "3", "--workflow-type", "Waiter")
     assert rc == 0 and list(overall["types"]) == ["Waiter"] and overall["replayed"] == 3
 
 
