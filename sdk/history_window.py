@@ -64,7 +64,11 @@ def sample_runs(bootstrap: str, prefix: str, plan: SamplePlan, *, timeout: float
             out.unreadable[summary] += 1
         else:
             summaries.append(summary)
-    out.runs = [(summary, decode_history(raw_runs[summary.run])) for summary in pick(summaries, plan)]
+    for summary in pick(summaries, plan):
+        try:
+            out.runs.append((summary, decode_history(raw_runs[summary.run])))
+        except ValueError as exc:  # an event between the first and the last that does not decode
+            out.unreadable[str(exc)] += 1
     return out
 
 

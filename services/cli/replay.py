@@ -165,7 +165,7 @@ def _print_report(report: GateReport) -> None:
 
     for name, error in report.failures:  # one line each, whole: names and messages are what people grep for
         console.print(f"[red]non-deterministic[/red] {name}: {error}", highlight=False)
-    if len(report.types) > 1 or any(t.skipped for t in report.types.values()):
+    if report.types:
         table = Table("workflow type", "replayed", "passed", "failed", "skipped", "open", "first failure")
         for name, t in sorted(report.types.items()):
             table.add_row(name, str(t.replayed), str(t.passed), str(t.failed), str(t.skipped), str(t.open_runs),
