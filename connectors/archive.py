@@ -179,6 +179,21 @@ class S3Archive:
                 raise ArchiveNotFoundError(f"s3://{self.bucket}/{key} does not exist") from None
             raise ArchiveError(f"cannot read s3://{self.bucket}/{key}: {exc}") from exc
 
+    def archives(self) -> list[tuple[str, int]]:
+        """(key, last-modified epoch ms) of every archive file under the prefix, newest first, the index left out:
+        one listing tells the replay gate which runs are recent without downloading any."""
+        found: list[tuple[str, int]] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
+                found.extend((obj["Key"], int(obj["LastModified"].timestamp() * 1000))
+                             for obj in page.get("Contents", []) if obj["Key"].endswith(".avro")
+                             and not obj["Key"][len(self.prefix):].startswith("_index/"))
+        except Exception as exc:
+            if str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) == "NoSuchBucket":
+                return []
+            raise ArchiveError(f"cannot list {self.uri}: {exc}") from exc
+        return sorted(found, key=lambda item: (-item[1], item[0]))
+
     def list(self, prefix: str) -> Sequence[str]:
         keys: list[str] = []
         try:

@@ -7,6 +7,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,37 @@ class Replayer:
         data = json.loads(path.read_text())
         return self.replay(load_events(data["events"]), workflow_id=data.get("workflow_id", path.stem),
                            run_id=data.get("run_id", ""))
+
+
+def sample_histories(bootstrap: str, *, prefix: str = "ostinato", sample: int | None = None, per_type: bool = False,
+                     since: datetime | timedelta | None = None, workflow_types: Iterable[str] = (),
+                     timeout: float = 30.0) -> list[WorkflowHistory]:
+    """Recent histories straight from the history topic, for `Replayer.replay_workflows` in a CI test: what
+    `ostinato replay --from-kafka --sample N --per-type --since 7d` replays, open runs included.
+
+    Args:
+        bootstrap: the Kafka bootstrap servers (settings for SASL/TLS from `OSTINATO_KAFKA_CONFIG`, as for workers).
+        prefix: the cluster's topic prefix.
+        sample: at most this many runs, the most recent (by their latest event) first; None for every run.
+        per_type: `sample` counts per workflow type, so a busy type cannot crowd a rare one out.
+        since: only runs with an event since then (a time, or an age); the topic is sought there by timestamp
+            rather than read from its start, and a run begun earlier is completed from older records.
+        workflow_types: only these types (every type when empty).
+        timeout: seconds to wait for the broker, or for a partition held by an open transaction.
+
+    Raises:
+        KafkaUnavailable: no broker answers.
+        HistoryReadError: the topic is missing, or a partition stays behind an open transaction.
+    """
+    from ostinato.sdk.history_sample import SamplePlan
+    from ostinato.sdk.history_window import sample_runs
+
+    if isinstance(since, timedelta):
+        since = datetime.now(UTC) - since
+    since_ms = None if since is None else int(since.timestamp() * 1000)
+    plan = SamplePlan(sample, per_type, since_ms, frozenset(workflow_types))
+    return [WorkflowHistory(summary.run[1], events, summary.run[2])
+            for summary, events in sample_runs(bootstrap, prefix, plan, timeout=timeout).runs]
 
 
 def read_archive(archive: Path | bytes) -> tuple[str, str, str, list[Record]]:

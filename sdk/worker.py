@@ -23,11 +23,17 @@ from ostinato.sdk.client import Client
 from ostinato.sdk.interceptor import *  # noqa: F403 - Temporal exports the interceptor classes from `worker`
 from ostinato.sdk.interceptor import Interceptor
 from ostinato.sdk.interceptor import __all__ as _interceptor_names
-from ostinato.sdk.replayer import Replayer, WorkflowHistory, WorkflowReplayResult, WorkflowReplayResults
+from ostinato.sdk.replayer import (
+    Replayer,
+    WorkflowHistory,
+    WorkflowReplayResult,
+    WorkflowReplayResults,
+    sample_histories,
+)
 from ostinato.sdk.workflow_sandbox import UnsandboxedWorkflowRunner, WorkflowRunner
 
 __all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkflowHistory", "WorkflowReplayResult",
-           "WorkflowReplayResults", "WorkflowRunner", *_interceptor_names]
+           "WorkflowReplayResults", "WorkflowRunner", "sample_histories", *_interceptor_names]
 log = logging.getLogger("ostinato.worker")
 
 

@@ -6,16 +6,12 @@ The pure half (`check_runs`, `fold_runs`) needs no Kafka, so unit tests feed it 
 
 from __future__ import annotations
 
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
-
-from ostinato.kafka.clients import admin_client, reader, wait_for_brokers
+from ostinato.kafka.history_reader import HistoryReadError, high_watermarks, read_history_partitions
 from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import EVENT_ID_WIDTH, shard_for, split_key
 from ostinato.schemas.topics import Topic, topic_name
@@ -35,13 +31,13 @@ __all__ = [
     "check_history",
     "check_runs",
     "fold_runs",
+    "high_watermarks",
     "read_history",
     "read_history_partitions",
 ]
 
 
-class CheckerError(RuntimeError):
-    """The history could not be read to its end (missing topic, a transaction that stays open)."""
+CheckerError = HistoryReadError  # the checker's name for it: the history could not be read to its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,10 +394,7 @@ def fold_runs(events_by_run: Mapping[RunId, Sequence[Record]]) -> dict[RunId, by
     return folded
 
 
-# -- reading the topic -----------------------------------------------------------------------------------------
-
-POLL_SECONDS = 0.2
-BATCH = 1000
+# -- reading the topic: ostinato.kafka.history_reader, shared with the replay gate --------------------------------
 
 
 def read_history(bootstrap: str, prefix: str, timeout: float = 30.0) -> Iterator[tuple[str, bytes | None]]:
@@ -413,80 +406,9 @@ def read_history(bootstrap: str, prefix: str, timeout: float = 30.0) -> Iterator
         yield key, value
 
 
-def read_history_partitions(bootstrap: str, prefix: str,
-                            timeout: float = 30.0) -> Iterator[tuple[int, str, bytes | None]]:
-    """(partition, key, value) of every committed history record, each partition read past its end as of the start.
-
-    The ends are the high watermarks, asked for read_uncommitted: a read_committed consumer's own "end" is the
-    last stable offset, which an open transaction holds back, so stopping there could miss records about to
-    commit. A partition is done at its first end-of-partition event at or past its end; records after that are
-    left out, because an end-of-partition event is the one point where a partition's records are whole
-    transactions (a run that continued as new is never cut from its successor). Keys that are not UTF-8 come
-    through with surrogate escapes, which `check_runs` reports.
-
-    Raises:
-        KafkaUnavailable: no broker answers at `bootstrap`.
-        CheckerError: the topic does not exist, or a partition makes no progress towards its end for
-            `timeout` seconds (the usual cause: a transaction that stays open).
-    """
-    topic = topic_name(prefix, Topic.HISTORY)
-    ends = _high_watermarks(bootstrap, topic, timeout)
-    consumer = reader(bootstrap, f"{prefix}-checker")  # its group is in the auditor's ACLs (docs/security.md)
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        reached = dict.fromkeys(ends, 0)  # the next offset to read, per partition
-        done = {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + timeout
-        while len(done) < len(ends):
-            for msg in consumer.consume(BATCH, POLL_SECONDS):
-                p, error = msg.partition(), msg.error()
-                if p in done:
-                    continue
-                if error is None:
-                    key = msg.key()
-                    yield p, "" if key is None else key.decode("utf-8", "surrogateescape"), msg.value()
-                if error is None or error.code() == KafkaError._PARTITION_EOF:
-                    # An end-of-partition event carries the position: past transaction markers and aborted records.
-                    at = msg.offset() + 1 if error is None else msg.offset()
-                    if at > reached[p]:
-                        reached[p], deadline = at, time.monotonic() + timeout
-                    if error is not None and at >= ends[p]:
-                        done.add(p)
-                elif not error.retriable():
-                    raise CheckerError(f"reading {topic}: {error.str()}")
-            if len(done) < len(ends) and time.monotonic() > deadline:
-                raise CheckerError(_stuck(topic, {p: (reached[p], ends[p]) for p in sorted(set(ends) - done)}, timeout))
-    finally:
-        consumer.close()
-
-
-def _stuck(topic: str, partitions: dict[int, tuple[int, int]], timeout: float) -> str:
-    where = ", ".join(f"partition {p} at offset {at} of {end}" for p, (at, end) in partitions.items())
-    return (f"{topic}: {where}, with no progress for {timeout:g}s. With read_committed a partition ends at its first "
-            "open transaction: a producer is mid-transaction (or died in one, which holds the partition until its "
-            "transaction.timeout.ms passes).")
-
-
-def _high_watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, int]:
-    admin = admin_client(bootstrap)
-    wait_for_brokers(admin, bootstrap, timeout)
-    # Listing every topic, not asking for this one: a metadata request naming a topic may auto-create it.
-    metadata = admin.list_topics(timeout=timeout).topics.get(topic)
-    if metadata is None:
-        raise CheckerError(f"topic {topic} does not exist at {bootstrap}: is the cluster initialised "
-                           "(`ostinato cluster init`) and the prefix right?")
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in metadata.partitions},
-                                 isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout)
-    try:
-        return {tp.partition: future.result().offset for tp, future in sorted(futures.items(),
-                                                                                key=lambda i: i[0].partition)}
-    except KafkaException as exc:
-        raise CheckerError(f"cannot read the end offsets of {topic}: {exc}") from None
-
-
 def check_history(bootstrap: str, prefix: str, timeout: float = 30.0) -> CheckReport:
     """Read the whole history topic and check it, including that each workflow's records are on its shard."""
-    shards = len(_high_watermarks(bootstrap, topic_name(prefix, Topic.HISTORY), timeout))
+    shards = len(high_watermarks(bootstrap, topic_name(prefix, Topic.HISTORY), timeout))
     misplaced: list[Problem] = []
     report = check_runs(_on_their_shards(read_history_partitions(bootstrap, prefix, timeout), shards, misplaced))
     report.problems.extend(misplaced)
