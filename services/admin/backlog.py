@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -119,7 +119,8 @@ class BacklogCollector(Collector):
     def _run(self) -> None:
         admin = AdminClient(base_config(self.bootstrap, "ostinato-backlog"))
         consumer = Consumer({**base_config(self.bootstrap, "ostinato-backlog"), "group.id": f"{self.prefix}-backlog",
-                             "enable.auto.commit": False, "isolation.level": "read_committed"})
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "fetch.wait.max.ms": 50})
         try:
             while not self._stop.is_set():
                 try:
@@ -158,16 +159,16 @@ def _waiting(consumer: Consumer, start: TopicPartition, end: int) -> tuple[int, 
     deadline = time.monotonic() + SCAN_TIMEOUT_S
     try:
         while count < SCAN_LIMIT and time.monotonic() < deadline:
-            batch = [m for m in consumer.consume(min(500, SCAN_LIMIT - count), 0.2) if m.error() is None]
-            if not batch:
-                if consumer.position([start])[0].offset >= end:
-                    break
-                continue
-            for msg in batch:
-                if (msg.offset() or 0) < end:
+            done = False
+            for msg in consumer.consume(min(500, SCAN_LIMIT - count), 0.2):
+                err = msg.error()
+                if err is not None:
+                    done = done or err.code() == KafkaError._PARTITION_EOF  # the end: only markers were left
+                elif (msg.offset() or 0) < end:
                     first = int(msg.timestamp()[1]) if first is None else first
                     count += 1
-            if max(m.offset() or 0 for m in batch) + 1 >= end:
+                    done = done or (msg.offset() or 0) + 1 >= end
+            if done:
                 break
         if count >= SCAN_LIMIT:
             count = end - start.offset

@@ -2,16 +2,19 @@
 queue's rate, shared by every worker of the queue (docs/architecture.md, "Rate limits").
 
 Every server runs one, in the consumer group `<prefix>-rate-limiter` subscribed to all held topics
-(`<prefix>.held.<queue>.activity`). Each batch of released tasks and the held topics' offsets past them commit in one
-transaction (connectors/transactional.py), so a task is released exactly once whatever crashes. A partition whose
-queue has no token left is sought back to its first task not released and paused until the bucket refills.
+(`<prefix>.held.<queue>.activity`). Fetched tasks wait in memory, in order per partition, until their queue's bucket
+has a token; each batch of released tasks and the held topics' offsets past them commit in one transaction
+(connectors/transactional.py), so a task is released exactly once whatever crashes: what waited in memory is read
+again from the committed offsets by whoever owns the partition next. A partition with `MAX_WAITING` tasks in memory
+is paused.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -22,10 +25,16 @@ from ostinato.schemas.partitioner import partition_for
 from ostinato.schemas.topics import TaskKind, held_topic_pattern, queue_of_held_topic, task_topic_name
 from ostinato.streams.rate import TokenBucket, share
 
+# The limiter's bucket holds half a second of the rate: a round (fetch, produce, commit) can take that long on a busy
+# server, and a smaller bucket would drop the tokens earned meanwhile, holding the queue below its limit.
+BURST_S = 0.5
+
 log = logging.getLogger("ostinato.ratelimit")
 TXN_TIMEOUT_MS = 10_000
 MAX_BATCH = 500
+MAX_WAITING = 1_000  # tasks in memory per partition before it is paused
 IDLE_POLL_S = 0.1
+MIN_POLL_S = 0.002
 
 
 class Held(Protocol):
@@ -35,29 +44,22 @@ class Held(Protocol):
 
     def partition(self) -> int | None: ...
 
-    def offset(self) -> int | None: ...
-
 
 H = TypeVar("H", bound=Held)
+Where = tuple[str, int]
 
 
-def plan_release(messages: Sequence[H], allow: Callable[[str], bool],
-                 queue_of: Callable[[str], str | None]) -> tuple[list[H], dict[tuple[str, int], int]]:
-    """Which held records go now, in order: per partition, the records before the first whose queue `allow`
-    refuses (a partition is FIFO; nothing overtakes a held record). Also, per partition that stopped, the offset
-    to read again from. A record of a topic that is no held topic (None from `queue_of`) goes."""
+def take_released(waiting: Mapping[Where, deque[H]], allow: Callable[[str], bool],
+                  queue_of: Callable[[str], str | None]) -> list[H]:
+    """The waiting tasks that go now, taken off the front of their partition's queue while `allow` gives their
+    task queue a token: a partition is FIFO, nothing overtakes a waiting task. A record of a topic that is no held
+    topic (None from `queue_of`) goes."""
     released: list[H] = []
-    stopped: dict[tuple[str, int], int] = {}
-    for msg in messages:
-        where = (msg.topic() or "", msg.partition() or 0)
-        if where in stopped:
-            continue
-        queue = queue_of(where[0])
-        if queue is None or allow(queue):
-            released.append(msg)
-        else:
-            stopped[where] = msg.offset() or 0
-    return released, stopped
+    for (topic, _partition), tasks in waiting.items():
+        queue = queue_of(topic)
+        while tasks and (queue is None or allow(queue)):
+            released.append(tasks.popleft())
+    return released
 
 
 class RateLimiter(TransactionalLoop):
@@ -77,42 +79,52 @@ class RateLimiter(TransactionalLoop):
         self.limits = limits
         self.clock = clock
         self.buckets: dict[str, TokenBucket] = {}
-        self.paused: dict[tuple[str, int], float] = {}  # partition -> when its queue has a token again
+        self.waiting: dict[Where, deque[Message]] = {}  # fetched, not yet released, per held partition
+        self.paused: set[Where] = set()
         self.partitions: dict[str, int] = {}  # held topic -> partition count
         self.released = 0
 
     def run(self) -> None:
         consumer = self.consumer(**{"topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 50})
-        consumer.subscribe([held_topic_pattern(self.prefix)])
+        consumer.subscribe([held_topic_pattern(self.prefix)], on_revoke=self._forget, on_lost=self._forget)
         producer = self.producer()
         try:
             while not self._stop.is_set():
-                self._resume_due(consumer)
                 producer = self._step(consumer, producer)
         finally:
             producer.flush(5)
             consumer.close()
 
+    def _forget(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions taken away: their waiting tasks are the next owner's to read again (nothing was committed)."""
+        for tp in partitions:
+            self.waiting.pop((tp.topic, tp.partition), None)
+            self.paused.discard((tp.topic, tp.partition))
+
     def _step(self, consumer: Consumer, producer: Producer) -> Producer:
-        """One batch: release what the queues' buckets allow, hold back the rest."""
-        batch = consumer.consume(MAX_BATCH, self._poll_timeout())
-        for m in batch:
-            if m.error() is not None:
-                log.debug("rate limiter: %s", m.error())
-        messages = [m for m in batch if m.error() is None]
-        if not messages:
+        """One round: fetch, release what the queues' buckets allow, keep the rest waiting."""
+        for msg in consumer.consume(MAX_BATCH, self._poll_timeout()):
+            if msg.error() is not None:
+                log.debug("rate limiter: %s", msg.error())
+                continue
+            self.waiting.setdefault((msg.topic() or "", msg.partition() or 0), deque()).append(msg)
+        self._flow(consumer)
+        if not any(self.waiting.values()):
             return producer
         now = self.clock()
         owned = self._owned(consumer.assignment())
-        released, stopped = plan_release(messages, lambda q: self._allow(q, now, owned),
-                                         lambda t: queue_of_held_topic(self.prefix, t))
-        for (topic, partition), offset in stopped.items():
-            tp = TopicPartition(topic, partition, offset)
-            consumer.seek(tp)
-            consumer.pause([tp])
-            bucket = self.buckets.get(queue_of_held_topic(self.prefix, topic) or "")
-            self.paused[(topic, partition)] = now + (bucket.wait(now) if bucket else IDLE_POLL_S)
+        released = take_released(self.waiting, lambda q: self._allow(q, now, owned),
+                                 lambda t: queue_of_held_topic(self.prefix, t))
         return self._release(producer, consumer, released) if released else producer
+
+    def _flow(self, consumer: Consumer) -> None:
+        """Pause a partition with `MAX_WAITING` tasks in memory, resume it once it has room again."""
+        full = {where for where, tasks in self.waiting.items() if len(tasks) >= MAX_WAITING}
+        if full - self.paused:
+            consumer.pause([TopicPartition(t, p) for t, p in full - self.paused])
+        if self.paused - full:
+            consumer.resume([TopicPartition(t, p) for t, p in self.paused - full])
+        self.paused = full
 
     def _release(self, producer: Producer, consumer: Consumer, released: list[Message]) -> Producer:
         """Produce `released` into their task topics and commit them with the held offsets past them."""
@@ -127,8 +139,10 @@ class RateLimiter(TransactionalLoop):
             self.commit(producer, consumer, released)
             self.released += len(released)
         except KafkaException as exc:
-            self.paused.clear()  # every assigned partition goes back to its committed offset
-            consumer.resume(consumer.assignment())
+            self.waiting.clear()  # every assigned partition is read again from its committed offset
+            if self.paused:
+                consumer.resume([TopicPartition(t, p) for t, p in self.paused])
+                self.paused = set()
             producer = self.recover(producer, consumer, exc)
         return producer
 
@@ -142,9 +156,9 @@ class RateLimiter(TransactionalLoop):
             return True
         bucket = self.buckets.get(queue)
         if bucket is None:
-            bucket = self.buckets[queue] = TokenBucket.per_second(rate, now)
+            bucket = self.buckets[queue] = TokenBucket.per_second(rate, now, BURST_S)
         elif bucket.rate != rate:
-            bucket.set_rate(rate, now)
+            bucket.set_rate(rate, now, BURST_S)
         return bucket.take(now)
 
     def _owned(self, assignment: list[TopicPartition]) -> dict[str, tuple[int, int]]:
@@ -166,19 +180,10 @@ class RateLimiter(TransactionalLoop):
         return known
 
     def _poll_timeout(self) -> float:
-        if not self.paused:
-            return IDLE_POLL_S
-        return max(0.0, min(IDLE_POLL_S, min(self.paused.values()) - self.clock()))
-
-    def _resume_due(self, consumer: Consumer) -> None:
-        """Resume the paused partitions whose queue has a token again (and forget those no longer ours)."""
-        if not self.paused:
-            return
+        """Idle: wait for tasks. Tasks waiting: only until the first of their buckets has a token."""
         now = self.clock()
-        assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-        due = [where for where, at in self.paused.items() if at <= now or where not in assigned]
-        for where in due:
-            del self.paused[where]
-        resume = [TopicPartition(t, p) for t, p in due if (t, p) in assigned]
-        if resume:
-            consumer.resume(resume)
+        waits = [self.buckets[q].wait(now) for q in {queue_of_held_topic(self.prefix, t) for (t, _), tasks
+                                                     in self.waiting.items() if tasks} if q in self.buckets]
+        if not waits:
+            return MIN_POLL_S if any(self.waiting.values()) else IDLE_POLL_S
+        return max(MIN_POLL_S, min(IDLE_POLL_S, min(waits)))

@@ -4,13 +4,14 @@ backlog collector's reading of topic names."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import pytest
 
 from ostinato.schemas.topics import TaskKind, held_topic_name, held_topic_pattern, queue_of_held_topic
 from ostinato.services.admin.backlog import Source, age_seconds, sources
-from ostinato.services.ratelimit.forwarder import plan_release
+from ostinato.services.ratelimit.forwarder import take_released
 from ostinato.streams.config import Config
 from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.rate import TokenBucket, share
@@ -57,7 +58,7 @@ def test_the_owners_shares_add_up_to_the_limit() -> None:
 
 @dataclass
 class Held:
-    """A held record as the plan sees it."""
+    """A held record as the release sees it."""
 
     t: str
     p: int
@@ -69,23 +70,21 @@ class Held:
     def partition(self) -> int:
         return self.p
 
-    def offset(self) -> int:
-        return self.o
 
-
-def test_a_batch_releases_per_partition_up_to_the_first_task_without_a_token() -> None:
+def test_waiting_tasks_go_in_order_per_partition_while_their_queue_has_tokens() -> None:
     a, b = held_topic_name("p", "a"), held_topic_name("p", "b")
-    batch = [Held(a, 0, 10), Held(b, 0, 5), Held(a, 0, 11), Held(a, 1, 3), Held(a, 0, 12), Held(b, 0, 6)]
+    waiting = {(a, 0): deque([Held(a, 0, 10), Held(a, 0, 11), Held(a, 0, 12)]), (b, 0): deque([Held(b, 0, 5)]),
+               (a, 1): deque([Held(a, 1, 3)])}
     tokens = {"a": 2, "b": 5}
 
     def allow(queue: str) -> bool:
         tokens[queue] -= 1
         return tokens[queue] >= 0
 
-    released, stopped = plan_release(batch, allow, lambda t: queue_of_held_topic("p", t))
-    assert [(m.t, m.p, m.o) for m in released] == [(a, 0, 10), (b, 0, 5), (a, 0, 11), (b, 0, 6)]
-    # a/1 was refused (its first record, 3) and a/0 stopped at 12: nothing after a refused record goes
-    assert stopped == {(a, 1): 3, (a, 0): 12}
+    released = take_released(waiting, allow, lambda t: queue_of_held_topic("p", t))
+    assert [(m.t, m.p, m.o) for m in released] == [(a, 0, 10), (a, 0, 11), (b, 0, 5)]
+    # what had no token waits, in order, for the next round
+    assert [m.o for m in waiting[(a, 0)]] == [12] and [m.o for m in waiting[(a, 1)]] == [3] and not waiting[(b, 0)]
 
 
 def test_held_topic_names_round_trip_and_never_look_like_task_topics() -> None:
