@@ -86,14 +86,31 @@ class RateLimiter(TransactionalLoop):
 
     def run(self) -> None:
         consumer = self.consumer(**{"topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 50})
+        producer = self._first_producer()
+        if producer is None:
+            return
         consumer.subscribe([held_topic_pattern(self.prefix)], on_revoke=self._forget, on_lost=self._forget)
-        producer = self.producer()
         try:
             while not self._stop.is_set():
                 producer = self._step(consumer, producer)
         finally:
             producer.flush(5)
             consumer.close()
+
+    def _first_producer(self) -> Producer | None:
+        """The transactional producer, waiting out a transaction coordinator not ready yet (a busy or starting
+        broker): a server must not stop for that. None when stopped meanwhile."""
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                return self.producer()
+            except KafkaException as exc:
+                if exc.args[0].fatal():
+                    raise
+                log.warning("rate limiter: no transactional producer yet (%s); retrying in %.1fs", exc, delay)
+                self._stop.wait(delay)
+                delay = min(5.0, delay * 2)
+        return None
 
     def _forget(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions taken away: their waiting tasks are the next owner's to read again (nothing was committed)."""

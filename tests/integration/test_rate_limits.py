@@ -9,6 +9,7 @@ feature here.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import urllib.request
@@ -21,6 +22,7 @@ from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.services.admin.cluster import init_cluster
 from ostinato.worker import Worker
+from tests.conftest import run_cli
 from tests.integration.rate_limit_app import FanOut, call_api
 from tests.tools.servers import ServerProcess
 
@@ -150,3 +152,15 @@ def test_backlog_and_its_age_are_on_metrics_while_no_worker_runs(server: ServerP
                                     "workflow", lambda v: v == 0)
 
     asyncio.run(serve())
+
+
+def test_an_operator_sets_and_lifts_a_queue_s_limit_from_the_command_line(server: ServerProcess) -> None:
+    queue = f"ops-{uuid.uuid4().hex[:6]}"
+    done = run_cli("task-queue", "set-rate-limit", queue, "2.5", "--server", server.url, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"task_queue": queue, "activities_per_second": 2.5}
+    assert server.get(f"/api/v1/namespaces/default/task-queues/{queue}/rate-limit") == (
+        200, {"task_queue": queue, "activities_per_second": 2.5})
+    lifted = run_cli("task-queue", "set-rate-limit", queue, "0", "--server", server.url, "-o", "json")
+    assert lifted.returncode == 0 and json.loads(lifted.stdout)["activities_per_second"] is None
+    assert server.get(f"/api/v1/namespaces/default/task-queues/{queue}/rate-limit")[1]["activities_per_second"] is None
