@@ -119,6 +119,10 @@ class KafkaWorkerTransport(WorkerTransport):
         await loop.run(stopping, int(self.cluster.get("replication_factor", 1)))
 
 
+class NotTaken(Exception):
+    """A task this worker leaves for another (shutting down before its rate allowed it to start)."""
+
+
 class KafkaWorkerLoop:
     def __init__(self, worker: ServedWorker, cluster: Record,
                  fetch_history: Callable[[Record], Awaitable[list[Record]]]):
@@ -149,11 +153,13 @@ class KafkaWorkerLoop:
         # Worker(max_activities_per_second=): a start takes a token first (tasks waiting for one hold their slot)
         rate = worker.max_activities_per_second
         self.rate = TokenBucket.per_second(rate, time.monotonic()) if rate else None
+        self.stopping = asyncio.Event()  # the worker's, once running
 
     # -- set-up ---------------------------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event, replication_factor: int) -> None:
         loop = asyncio.get_running_loop()
+        self.stopping = stopping
         security = self.worker.kafka_config  # over the process's settings (OSTINATO_KAFKA_CONFIG, OSTINATO_KAFKA_*)
         self._check_security(security_config(security))
         if not await self._ensure_task_topics(replication_factor, stopping):
@@ -285,6 +291,8 @@ class KafkaWorkerLoop:
                 await self._activity_task(task)
             else:
                 log.error("skipping a %s on %s", name, msg.topic())
+        except NotTaken:
+            return  # never started: not done, so the offset stays before it and the next owner reads it again
         except Exception:
             log.exception("handling the task at %s[%d]@%d failed; the engine's timeout will retry it", *where)
         self.offsets.done(*where)
@@ -440,9 +448,16 @@ class KafkaWorkerLoop:
         job.add_done_callback(self._activity_done)
 
     async def _rate_token(self) -> None:
-        """Wait for this worker's rate (`max_activities_per_second`) to allow one more start."""
+        """Wait for this worker's rate (`max_activities_per_second`) to allow one more start.
+
+        Raises:
+            NotTaken: the worker is shutting down; the task was not started.
+        """
         while self.rate is not None and not self.rate.take(time.monotonic()):
-            await asyncio.sleep(self.rate.wait(time.monotonic()))
+            if self.stopping.is_set():
+                raise NotTaken
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.rate.wait(time.monotonic()))
 
     def _activity_done(self, job: asyncio.Task[None]) -> None:
         self.running.discard(job)
