@@ -72,8 +72,10 @@ class RateLimiter(TransactionalLoop):
     def __init__(self, bootstrap: str, prefix: str, task_topics: TaskTopics, limits: Callable[[], Mapping[str, float]],
                  instance: str, on_failure: Callable[[str, BaseException], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(bootstrap, "held", f"{prefix}-rate-limiter", f"{prefix}-rate-limiter-{instance}", on_failure,
-                         transaction_timeout_ms=TXN_TIMEOUT_MS)
+        # The transactional id is stable per data directory (a restart fences its crashed predecessor) and under the
+        # processors' `<prefix>-processor-` prefix, which the server's ACLs already grant (docs/security.md).
+        super().__init__(bootstrap, "held", f"{prefix}-rate-limiter", f"{prefix}-processor-{instance}-rate-limiter",
+                         on_failure, transaction_timeout_ms=TXN_TIMEOUT_MS)
         self.prefix = prefix
         self.task_topics = task_topics
         self.limits = limits
