@@ -13,7 +13,14 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # stubs omit the re-export
 
 from ostinato.kafka.clients import admin_client
-from ostinato.schemas.topics import TaskKind, task_topic_name, task_topic_spec
+from ostinato.schemas.topics import (
+    TaskKind,
+    TopicSpec,
+    held_topic_spec,
+    queue_of_held_topic,
+    task_topic_name,
+    task_topic_spec,
+)
 
 log = logging.getLogger("ostinato.kafka")
 CREATE_TIMEOUT_S = 30.0
@@ -70,10 +77,16 @@ class TaskTopics:
         found = self._describe(topic)
         if found:
             return found
-        queue, _ = self._parse(topic)
-        # Both topics of a queue come into being together, so a worker that may not create topics finds its activity
-        # topic as soon as the first workflow task of its queue is dispatched, not only when an activity is.
-        specs = [task_topic_spec(self._prefix, queue, kind, self._rf) for kind in TaskKind]
+        held_queue = queue_of_held_topic(self._prefix, topic)
+        specs: list[TopicSpec]
+        if held_queue is not None:  # a rate-limited queue's holding topic: read by the servers only
+            specs = [held_topic_spec(self._prefix, held_queue, self._rf)]
+        else:
+            queue, _ = self._parse(topic)
+            # Both topics of a queue come into being together, so a worker that may not create topics finds its
+            # activity topic as soon as the first workflow task of its queue is dispatched, not only when an
+            # activity is.
+            specs = [task_topic_spec(self._prefix, queue, kind, self._rf) for kind in TaskKind]
         futures = self._admin.create_topics([NewTopic(s.name, s.partitions, self._rf, config=s.configs) for s in specs],
                                             operation_timeout=CREATE_TIMEOUT_S)
         for spec in specs:

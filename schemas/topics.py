@@ -110,3 +110,34 @@ def task_topic_spec(prefix: str, queue: str, kind: TaskKind, replication_factor:
         **_deleted(7 * _DAY_MS),
     }
     return TopicSpec(task_topic_name(prefix, queue, kind), partitions, configs)
+
+
+# A rate-limited queue's activity tasks wait here until the servers' rate limiter releases them into the task topic
+# (docs/architecture.md, "Rate limits"). One partition by default: one owner holds the queue's whole budget, so the
+# rate is exact; more partitions split the budget by the share each owner holds.
+DEFAULT_HELD_PARTITIONS = 1
+
+
+def held_topic_name(prefix: str, queue: str) -> str:
+    """Where a rate-limited queue's activity tasks wait for release. Not under `.tasks.`: no worker reads it."""
+    return f"{prefix}.held.{queue}.{TaskKind.ACTIVITY.value}"
+
+
+def held_topic_pattern(prefix: str) -> str:
+    """A librdkafka subscription regex matching every held topic of `prefix`."""
+    return "^" + prefix.replace(".", "\\.") + "\\.held\\..+\\." + TaskKind.ACTIVITY.value + "$"
+
+
+def queue_of_held_topic(prefix: str, topic: str) -> str | None:
+    """The task queue a held topic belongs to, or None when `topic` is not one of `prefix`'s held topics."""
+    head, tail = f"{prefix}.held.", f".{TaskKind.ACTIVITY.value}"
+    if not topic.startswith(head) or not topic.endswith(tail) or len(topic) <= len(head) + len(tail):
+        return None
+    return topic[len(head):-len(tail)]
+
+
+def held_topic_spec(prefix: str, queue: str, replication_factor: int,
+                    partitions: int = DEFAULT_HELD_PARTITIONS) -> TopicSpec:
+    """A held topic: configured as the task topics are (its records are activity tasks)."""
+    spec = task_topic_spec(prefix, queue, TaskKind.ACTIVITY, replication_factor, partitions)
+    return TopicSpec(held_topic_name(prefix, queue), partitions, spec.configs)

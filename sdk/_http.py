@@ -371,6 +371,20 @@ class HttpService(ClientTransport):
                                code="unavailable") from None
         return dict(found["custom_attributes"])
 
+    async def set_task_queue_rate_limit(self, namespace: str, task_queue: str, activities_per_second: float,
+                                        set_by: str = "") -> None:
+        path = (f"/api/v1/namespaces/{quote(namespace, safe='')}/task-queues/{quote(task_queue, safe='')}"
+                "/rate-limit")
+        try:
+            async with self.session.put(self.target + path, json={"activities_per_second": activities_per_second,
+                                                                  "set_by": set_by},
+                                        timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                if resp.status != 200:
+                    raise await _error(resp, f"PUT {path}")
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise exc.RPCError(f"PUT {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
+                               code="unavailable") from None
+
     async def list_search_attributes(self, namespace: str) -> dict[str, str]:
         found = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes")
         return dict(found["custom_attributes"])

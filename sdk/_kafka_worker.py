@@ -37,6 +37,7 @@ from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topi
 from ostinato.sdk._transport import ServedWorker, WorkerTransport
 from ostinato.sdk._workflow_worker import HistoryBehind, history_needed_through
 from ostinato.sdk.exceptions import RPCError
+from ostinato.streams.rate import TokenBucket
 
 Record = dict[str, Any]
 HistoryReader = Callable[[str, str, str], Awaitable[list[Record]]]  # (namespace, workflow id, run id) -> events
@@ -118,6 +119,10 @@ class KafkaWorkerTransport(WorkerTransport):
         await loop.run(stopping, int(self.cluster.get("replication_factor", 1)))
 
 
+class NotTaken(Exception):
+    """A task this worker leaves for another (shutting down before its rate allowed it to start)."""
+
+
 class KafkaWorkerLoop:
     def __init__(self, worker: ServedWorker, cluster: Record,
                  fetch_history: Callable[[Record], Awaitable[list[Record]]]):
@@ -145,11 +150,16 @@ class KafkaWorkerLoop:
         self.eager_started = 0
         self.eager_workflow_tasks = 0
         self.paused = False
+        # Worker(max_activities_per_second=): a start takes a token first (tasks waiting for one hold their slot)
+        rate = worker.max_activities_per_second
+        self.rate = TokenBucket.per_second(rate, time.monotonic()) if rate else None
+        self.stopping = asyncio.Event()  # the worker's, once running
 
     # -- set-up ---------------------------------------------------------------------------------------------------
 
     async def run(self, stopping: asyncio.Event, replication_factor: int) -> None:
         loop = asyncio.get_running_loop()
+        self.stopping = stopping
         security = self.worker.kafka_config  # over the process's settings (OSTINATO_KAFKA_CONFIG, OSTINATO_KAFKA_*)
         self._check_security(security_config(security))
         if not await self._ensure_task_topics(replication_factor, stopping):
@@ -281,6 +291,8 @@ class KafkaWorkerLoop:
                 await self._activity_task(task)
             else:
                 log.error("skipping a %s on %s", name, msg.topic())
+        except NotTaken:
+            return  # never started: not done, so the offset stays before it and the next owner reads it again
         except Exception:
             log.exception("handling the task at %s[%d]@%d failed; the engine's timeout will retry it", *where)
         self.offsets.done(*where)
@@ -357,6 +369,8 @@ class KafkaWorkerLoop:
                 or not self.eager_activities:
             return 0
         free = self.worker.max_concurrent_activities - len(self.running) - self.starting
+        if self.rate is not None:  # eager starts count against this worker's rate too
+            free = min(free, self.rate.available(time.monotonic()))
         marked = size = 0
         commands = []
         for name, attrs in body["commands"]:
@@ -369,6 +383,8 @@ class KafkaWorkerLoop:
                 size += inputs
             commands.append((name, attrs))
         body["commands"] = commands
+        if marked and self.rate is not None:
+            self.rate.take(time.monotonic(), marked)
         return marked
 
     async def _complete_eagerly(self, task: Record, command: str, body: Record, slots: int) -> None:
@@ -415,8 +431,9 @@ class KafkaWorkerLoop:
             self.slot_freed.clear()
             await self.slot_freed.wait()
         self.starting += 1
-        asked = time.monotonic()
         try:
+            await self._rate_token()
+            asked = time.monotonic()
             started = await self.request(task, "RecordActivityTaskStarted", {
                 "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"]})
         finally:
@@ -429,6 +446,18 @@ class KafkaWorkerLoop:
         job = asyncio.ensure_future(self._run_activity(task))
         self.running.add(job)
         job.add_done_callback(self._activity_done)
+
+    async def _rate_token(self) -> None:
+        """Wait for this worker's rate (`max_activities_per_second`) to allow one more start.
+
+        Raises:
+            NotTaken: the worker is shutting down; the task was not started.
+        """
+        while self.rate is not None and not self.rate.take(time.monotonic()):
+            if self.stopping.is_set():
+                raise NotTaken
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.rate.wait(time.monotonic()))
 
     def _activity_done(self, job: asyncio.Task[None]) -> None:
         self.running.discard(job)

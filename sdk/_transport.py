@@ -87,6 +87,18 @@ class ClientTransport(ABC):
         """
         raise exc.RPCError(f"{type(self).__name__} cannot register search attributes")
 
+    async def set_task_queue_rate_limit(self, namespace: str, task_queue: str, activities_per_second: float,
+                                        set_by: str = "") -> None:
+        """Set the engine-enforced activity rate of a task queue across all its workers (0 lifts it).
+
+        The default (an in-memory engine) accepts it and enforces nothing: one process has no fleet of workers to
+        hold to a shared rate, and virtual time would make any rate meaningless.
+
+        Raises:
+            RPCError: the server refused it or did not answer.
+        """
+        return None
+
     async def list_search_attributes(self, namespace: str) -> dict[str, str]:
         """The namespace's custom search attributes, name -> type.
 
@@ -113,6 +125,7 @@ class ServedWorker(Protocol):
     task_queue: str
     identity: str
     max_concurrent_activities: int
+    max_activities_per_second: float | None  # this worker's own activity start rate, None for no limit
     graceful_shutdown_timeout: timedelta  # how long running activities may finish on shutdown before being stopped
     kafka_config: dict[str, str]  # the worker's own Kafka security settings (a Kafka transport's concern)
     workflow_handler: WorkflowTaskHandler | None

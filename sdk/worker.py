@@ -64,6 +64,14 @@ class Worker:
             never hands out credentials: each worker brings its own (docs/security.md).
         interceptors: worker interceptors (`ostinato.worker.Interceptor`), after those of the client that are worker
             interceptors too, as in Temporal; the first is outermost.
+        max_activities_per_second: at most this many activities started per second by this worker (temporalio's
+            name); the tasks beyond wait in the topic, or in hand, not started. Enforced by this worker alone: to
+            protect a downstream API from every worker of the queue, use the queue's limit below.
+        max_task_queue_activities_per_second: the activity rate of the whole task queue, across all its workers
+            (temporalio's name). The worker sets it on the server when it starts (the latest setting wins, as in
+            Temporal), and the engine enforces it: the queue's activity tasks are released to workers at that rate
+            whatever the workers do (`ostinato task-queue set-rate-limit` sets it without a worker). The time-skipping
+            environment accepts both limits and enforces neither.
     """
 
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
@@ -72,7 +80,8 @@ class Worker:
                  kafka_config: Mapping[str, str] | None = None, activity_executor: Executor | None = None,
                  max_concurrent_workflow_tasks: int = 100, max_concurrent_local_activities: int = 100,
                  graceful_shutdown_timeout: timedelta = timedelta(), workflow_runner: WorkflowRunner | None = None,
-                 interceptors: Sequence[Interceptor] = ()) -> None:
+                 interceptors: Sequence[Interceptor] = (), max_activities_per_second: float | None = None,
+                 max_task_queue_activities_per_second: float | None = None) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
         if isinstance(activity_executor, ProcessPoolExecutor):
@@ -80,8 +89,14 @@ class Worker:
                             "ThreadPoolExecutor (or none)")
         if graceful_shutdown_timeout < timedelta():
             raise ValueError("graceful_shutdown_timeout must not be negative")
+        for name, rate in (("max_activities_per_second", max_activities_per_second),
+                           ("max_task_queue_activities_per_second", max_task_queue_activities_per_second)):
+            if rate is not None and not rate > 0:
+                raise ValueError(f"{name} must be positive (or None for no limit), not {rate}")
         self.client = client
         self.task_queue = task_queue
+        self.max_activities_per_second = max_activities_per_second
+        self.max_task_queue_activities_per_second = max_task_queue_activities_per_second
         self.identity = identity or f"{socket.gethostname()}@{os.getpid()}"
         self.max_concurrent_activities = max_concurrent_activities
         self.graceful_shutdown_timeout = graceful_shutdown_timeout
@@ -112,6 +127,9 @@ class Worker:
         self._stopped.clear()
         transport = self.client.service.worker_transport()
         try:
+            if self.max_task_queue_activities_per_second is not None:
+                await self.client.service.set_task_queue_rate_limit(
+                    self.client.namespace, self.task_queue, self.max_task_queue_activities_per_second, self.identity)
             await transport.run_worker(self, self._stopping)
         finally:
             try:

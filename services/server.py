@@ -8,6 +8,7 @@ import os
 import signal
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,15 +22,19 @@ from ostinato.infra.process import check_port_free
 from ostinato.kafka.clients import describe_security, public_security, security_config
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.admin.archival import add_routes as add_archive_routes
+from ostinato.services.admin.backlog import INTERVAL_S as BACKLOG_INTERVAL_S
+from ostinato.services.admin.backlog import BacklogCollector
 from ostinato.services.admin.cluster import ClusterError, read_settings
 from ostinato.services.admin.ownership import DEFAULT_NAMESPACE, OwnershipTable
 from ostinato.services.frontend.auth import Auth
 from ostinato.services.frontend.cluster_api import install as install_cluster_api
 from ostinato.services.frontend.http import MAX_BODY_BYTES, size_refusals
 from ostinato.services.frontend.openapi import install as install_openapi
+from ostinato.services.frontend.rate_limits_api import install as install_rate_limits
 from ostinato.services.frontend.reads import ReadContext, add_routes
 from ostinato.services.frontend.relay import ProcessRelay, merge_exposition
 from ostinato.services.history.waiters import HistoryWaiters
+from ostinato.services.ratelimit.forwarder import RateLimiter
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 7243
@@ -173,6 +178,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         os.kill(os.getpid(), signal.SIGTERM)
 
     running_ingress = None
+    limiter: RateLimiter | None = None
+    backlog: BacklogCollector | None = None
 
     def stop_on_term(signum: int, frame: object) -> None:
         raise SystemExit(1 if failed.is_set() else 128 + signum)
@@ -248,10 +255,17 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
                 outcome_source=OutcomeOverApi(endpoint, token),
                 namespace_known=lambda ns: ns == DEFAULT_NAMESPACE or ownership.namespace(ns) is not None)
             running_ingress.start()
+        limiter, backlog = _start_queue_services(ctx, ownership, data_dir or default_data_dir(), part_failed)
+        install_rate_limits(app, ownership, gateway, ctx.settings.topic_prefix)
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
                     shutdown_timeout=SHUTDOWN_GRACE_S)
     finally:
+        if limiter is not None:
+            limiter.stop(10)
+        if backlog is not None:
+            backlog.stop()
+            REGISTRY.unregister(backlog)
         if running_ingress is not None:
             running_ingress.stop()
         if procs is not None:
@@ -259,6 +273,26 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         ownership.stop()
     if failed.is_set():
         raise SystemExit(1)
+
+
+def _start_queue_services(ctx: ServerContext, ownership: OwnershipTable, data_dir: Path,
+                          part_failed: Callable[[str, str, BaseException | None], None],
+                          ) -> tuple[RateLimiter, BacklogCollector]:
+    """The rate limiter (its share of releasing rate-limited queues' held activity tasks) and the backlog metrics,
+    which every server runs."""
+    from ostinato.kafka.task_topics import TaskTopics
+    from ostinato.services.history.processor import owner_id_of
+
+    prefix = ctx.settings.topic_prefix
+    instance = owner_id_of(data_dir / prefix)
+    topics = TaskTopics(ctx.bootstrap, prefix, ctx.settings.replication_factor)
+    limiter = RateLimiter(ctx.bootstrap, prefix, topics, ownership.rate_limits, instance,
+                          on_failure=lambda name, exc: part_failed("the rate limiter", "stopped with an error", exc))
+    limiter.start()
+    interval = float(os.environ.get("OSTINATO_BACKLOG_INTERVAL_S", BACKLOG_INTERVAL_S))
+    backlog = BacklogCollector(ctx.bootstrap, prefix, interval).start()
+    REGISTRY.register(backlog)
+    return limiter, backlog
 
 
 def _ingress_mappings(path: Path) -> Any:

@@ -35,3 +35,6 @@ class Config:
     # The namespace's registered custom search attributes, name -> type (`search_attributes.TYPES`): a cluster always
     # passes one and refuses anything else; None checks nothing (the core alone, the default test environment).
     search_attributes: Mapping[str, str] | None = None
+    # Task queues with an engine-enforced activity rate (`ostinato task-queue set-rate-limit`): their activity tasks
+    # go through the servers' rate limiter, so a worker cannot take one sooner by asking for it eagerly.
+    rate_limited_queues: frozenset[str] = frozenset()

@@ -1,5 +1,6 @@
 """Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`), which namespaces
-are registered (keys `namespace/<name>`) and their custom search attributes (keys `search_attribute/<ns>/<name>`).
+are registered (keys `namespace/<name>`), their custom search attributes (keys `search_attribute/<ns>/<name>`) and the
+task queues' engine-enforced rate limits (keys `task_queue_rate_limit/<queue>`).
 
 Owners write their ShardOwner record inside a processing transaction, so a fenced zombie's claim is never
 visible; the latest committed record per shard is the current owner.
@@ -31,6 +32,7 @@ class OwnershipTable:
         self._owners: dict[int, dict[str, object]] = {}
         self._namespaces: dict[str, dict[str, object]] = {}
         self._search_attributes: dict[str, dict[str, str]] = {}  # namespace -> name -> type
+        self._rate_limits: dict[str, float] = {}  # task queue -> activities per second (only limits in force)
         self.caught_up = threading.Event()  # the topic was read to its end once
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -67,6 +69,15 @@ class OwnershipTable:
         with self._lock:
             return dict(self._search_attributes.get(namespace, {}))
 
+    def rate_limits(self) -> dict[str, float]:
+        """Task queues with an engine-enforced activity rate: queue -> activities per second."""
+        with self._lock:
+            return dict(self._rate_limits)
+
+    def rate_limited_queues(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._rate_limits)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             msg = self._consumer.poll(0.5)
@@ -80,7 +91,8 @@ class OwnershipTable:
                     self.caught_up.set()
                 continue
             key = (msg.key() or b"").decode(errors="replace")
-            if not key.startswith(("shard/", "namespace/", "search_attribute/")) or msg.value() is None:
+            if not key.startswith(("shard/", "namespace/", "search_attribute/", "task_queue_rate_limit/")) \
+                    or msg.value() is None:
                 continue
             try:
                 name, record = codec.decode(msg.value() or b"")
@@ -97,3 +109,10 @@ class OwnershipTable:
                 with self._lock:  # the first registration of a name wins, as for namespaces
                     self._search_attributes.setdefault(str(record["namespace"]), {}).setdefault(
                         str(record["name"]), str(record["type"]))
+            elif name == wire.TASK_QUEUE_RATE_LIMIT:
+                with self._lock:  # the latest setting wins; zero lifts the limit
+                    rate = float(record["activities_per_second"])
+                    if rate > 0:
+                        self._rate_limits[str(record["task_queue"])] = rate
+                    else:
+                        self._rate_limits.pop(str(record["task_queue"]), None)

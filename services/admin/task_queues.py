@@ -1,5 +1,6 @@
 """`task-queue describe`: a queue's backlog (consumer lag of its worker group), the age of its oldest waiting task
-and the workers in the group, per task kind. Read from Kafka's own bookkeeping: nothing extra is stored."""
+and the workers in the group, per task kind, and the activity tasks its rate limit holds back. Read from Kafka's own
+bookkeeping: nothing extra is stored."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from ostinato.kafka.clients import base_config
 from ostinato.kafka.task_topics import worker_group
-from ostinato.schemas.topics import TaskKind, task_queue_problem, task_topic_name
+from ostinato.schemas.topics import TaskKind, held_topic_name, task_queue_problem, task_topic_name
 
 TIMEOUT_S = 10.0
 SCAN_LIMIT = 10_000  # tasks counted one by one per partition before estimating
@@ -30,6 +31,8 @@ def describe_task_queue(bootstrap: str, prefix: str, queue: str) -> dict[str, An
     try:
         for kind in TaskKind:
             out[kind.value] = _backlog(admin, consumer, group, task_topic_name(prefix, queue, kind))
+        # a rate-limited queue's activity tasks the rate limiter has not released yet (docs/architecture.md §7)
+        out["held"] = _backlog(admin, consumer, f"{prefix}-rate-limiter", held_topic_name(prefix, queue))
     finally:
         consumer.close()
     return out

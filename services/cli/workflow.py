@@ -499,7 +499,7 @@ def count(
     _show(found if output == "json" else found["count"], output)
 
 
-task_queue_app = typer.Typer(help="Inspect task queues.", no_args_is_help=True)
+task_queue_app = typer.Typer(help="Inspect task queues and limit their activity rate.", no_args_is_help=True)
 
 
 @task_queue_app.command("describe")
@@ -521,6 +521,34 @@ def describe_task_queue(
                       "" if age is None else f"{age / 1000:.1f}s")
     console.print(table)
     console.print(f"{len(found['workers'])} worker(s): " + ", ".join(w["client_id"] for w in found["workers"]))
+
+
+@task_queue_app.command("set-rate-limit")
+def set_rate_limit(
+    task_queue: Annotated[str, typer.Argument()],
+    activities_per_second: Annotated[float, typer.Argument(
+        help="Activity tasks released per second across all the queue's workers; 0 lifts the limit.")],
+    server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+) -> None:
+    """Limit a task queue's activity rate, enforced by the engine however many workers run (temporalio's
+    max_task_queue_activities_per_second); durable in the cluster topic until changed."""
+    if activities_per_second < 0:
+        raise typer.BadParameter("the rate cannot be negative (0 lifts the limit)")
+    _show(_run(lambda: _call(server, "PUT", f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
+                                            f"/task-queues/{urllib.parse.quote(task_queue, safe='')}/rate-limit",
+                             {"activities_per_second": activities_per_second, "set_by": "ostinato task-queue"})),
+          output)
+
+
+@task_queue_app.command("get-rate-limit")
+def get_rate_limit(
+    task_queue: Annotated[str, typer.Argument()],
+    server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+) -> None:
+    """The task queue's engine-enforced activity rate (null when none is set)."""
+    _show(_run(lambda: _call(server, "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
+                                            f"/task-queues/{urllib.parse.quote(task_queue, safe='')}/rate-limit")),
+          output)
 
 
 namespace_app = typer.Typer(help="Register and inspect namespaces.", no_args_is_help=True)

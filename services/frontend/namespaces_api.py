@@ -48,20 +48,23 @@ NAMESPACES = web.AppKey("namespaces", Namespaces)
 
 
 def config_for(table: OwnershipTable, base: Config) -> Any:
-    """The processor's per-namespace settings: the base config with the namespace's retention and its registered
-    search attributes (so the core refuses unregistered ones and wrong types)."""
+    """The processor's per-namespace settings: the base config with the namespace's retention, its registered
+    search attributes (so the core refuses unregistered ones and wrong types) and the cluster's rate-limited task
+    queues (whose activity tasks go through the rate limiter)."""
     from dataclasses import replace
 
-    cache: dict[tuple[str, int, frozenset[tuple[str, str]]], Config] = {}
+    cache: dict[tuple[str, int, frozenset[tuple[str, str]], frozenset[str]], Config] = {}
 
     def lookup(namespace: str) -> Config:
         record = table.namespace(namespace)
         retention = base.retention_ms if record is None else int(record["retention_ms"])  # type: ignore[call-overload]
         registry = table.search_attributes(namespace)
-        key = (namespace, retention, frozenset(registry.items()))
+        limited = table.rate_limited_queues()
+        key = (namespace, retention, frozenset(registry.items()), limited)
         found = cache.get(key)
         if found is None:
-            found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry)
+            found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry,
+                                         rate_limited_queues=limited)
         return found
 
     return lookup

@@ -105,6 +105,11 @@ _LAG = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
 }, ["measured_at_ms", "processor", "visibility"])}}}}
 
 
+_TQ = {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}
+_RATE_LIMIT = {"200": {"description": "The limit in force", "content": {"application/json": {"schema": _obj({
+    "task_queue": {"type": "string"}, "activities_per_second": {"type": ["number", "null"]}})}}}}
+
+
 def spec() -> dict[str, Any]:
     base = "/api/v1/namespaces/{namespace}/workflows"
     one = base + "/{workflow_id}"
@@ -238,6 +243,14 @@ def spec() -> dict[str, Any]:
         "/api/v1/namespaces/{namespace}/task-queues/{task_queue}": get(
             "A task queue's backlog, oldest waiting task and workers",
             [_NS, {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}], 400, 503),
+        "/api/v1/namespaces/{namespace}/task-queues/{task_queue}/rate-limit": {
+            **get("The task queue's engine-enforced activity rate (null: none)", [_NS, _TQ], ok=_RATE_LIMIT),
+            "put": {"summary": "Set the task queue's activity rate across all its workers, enforced by the engine "
+                               "(temporalio's max_task_queue_activities_per_second); 0 or null lifts it",
+                    "parameters": [_NS, _TQ], "requestBody": _json_body(_obj({
+                        "activities_per_second": {"type": ["number", "null"], "minimum": 0},
+                        "set_by": {"type": "string"}}, ["activities_per_second"])),
+                    "responses": {**_RATE_LIMIT, **_errors(400, 503)}}},
     }
     paths.pop(base + "#list")
     paths[base]["get"] = get("List runs matching a query (WorkflowType = 'x' AND ExecutionStatus = 'Running' "

@@ -591,7 +591,8 @@ def egress_conflicts(patterns: tuple[str, ...], prefix: str) -> list[str]:
     """The patterns that would let a workflow write into this cluster's own topics (refused at start)."""
     import fnmatch
 
-    own = [topic_name(prefix, t) for t in Topic] + [f"{prefix}.tasks.x.workflow", f"{prefix}.tasks.x.activity"]
+    own = [topic_name(prefix, t) for t in Topic] + [f"{prefix}.tasks.x.workflow", f"{prefix}.tasks.x.activity",
+                                                    f"{prefix}.held.x.activity"]
     return [p for p in patterns if any(fnmatch.fnmatchcase(t, p) for t in own)]
 
 

@@ -21,7 +21,14 @@ from typing import Any
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import activity_task_key, history_key, run_key, split_key, workflow_key
 from ostinato.schemas.partitioner import murmur2
-from ostinato.schemas.topics import MAX_RECORD_BYTES, TaskKind, Topic, task_topic_name, topic_name
+from ostinato.schemas.topics import (
+    MAX_RECORD_BYTES,
+    TaskKind,
+    Topic,
+    held_topic_name,
+    task_topic_name,
+    topic_name,
+)
 from ostinato.services.history.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
 from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
 from ostinato.services.history.waiters import state_key
@@ -418,8 +425,16 @@ class _ShardOutbox:
 
     def activity_task(self, task_queue: str, namespace: str, workflow_id: str, activity_id: str,
                       task: Record) -> None:
-        self._task(task_queue, TaskKind.ACTIVITY, activity_task_key(namespace, workflow_id, activity_id),
-                   wire.ACTIVITY_TASK, task)
+        key = activity_task_key(namespace, workflow_id, activity_id)
+        if task_queue in self.config(namespace).rate_limited_queues:
+            # Held for the servers' rate limiter, which releases it into the task topic at the queue's rate in a
+            # transaction of its own (services/ratelimit): no worker reads the held topic.
+            t = self._shard.topology
+            topic = held_topic_name(t.prefix, task_queue)
+            self._shard._out(topic, _partition(key, t.task_partitions(topic)), key,
+                             codec.encode(wire.ACTIVITY_TASK, task))
+            return
+        self._task(task_queue, TaskKind.ACTIVITY, key, wire.ACTIVITY_TASK, task)
 
     def _task(self, task_queue: str, kind: TaskKind, key: str, type_name: str, task: Record) -> None:
         t = self._shard.topology

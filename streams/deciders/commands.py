@@ -157,10 +157,12 @@ def schedule_activity(w: Writer, run_id: str, c: Record, completed_id: int) -> N
         "schedule_to_start_timeout_ms": schedule_to_start, "start_to_close_timeout_ms": start_to_close,
         "heartbeat_timeout_ms": c["heartbeat_timeout_ms"], "workflow_task_completed_event_id": completed_id,
         "retry_policy": with_defaults(c["retry_policy"])})
-    if c.get("request_eager_execution") and w.answered:
+    queue = c["task_queue"] or run.task_queue
+    if c.get("request_eager_execution") and w.answered and queue not in w.config.rate_limited_queues:
         # Eager activity dispatch: the worker answering this task runs the first attempt itself. It is started
         # for that worker here, as RecordActivityTaskStarted would, and handed back in the reply; from now on
-        # the attempt's timeouts protect it exactly as for a task taken off the activity topic.
+        # the attempt's timeouts protect it exactly as for a task taken off the activity topic. Not on a
+        # rate-limited queue: that would start the attempt without passing the queue's limiter.
         activity = w.edit(run_id).activities[event["event_id"]]
         activity.started_time_ms = w.now_ms
         activity.started_identity = w.command["identity"]

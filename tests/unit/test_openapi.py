@@ -10,6 +10,7 @@ from ostinato.services.frontend.gateway import CommandGateway
 from ostinato.services.frontend.namespaces_api import Namespaces
 from ostinato.services.frontend.namespaces_api import install as install_namespaces
 from ostinato.services.frontend.openapi import spec
+from ostinato.services.frontend.rate_limits_api import install as install_rate_limits
 from ostinato.services.frontend.visibility_api import install as install_visibility
 from ostinato.services.server import ServerContext, create_app
 
@@ -23,6 +24,7 @@ def _routes(tmp_path: Path) -> set[tuple[str, str]]:
     install_api(app, gateway)
     install_visibility(app, "127.0.0.1:1", "p", tmp_path / "v.sqlite")  # not started: routes only
     install_namespaces(app, Namespaces(None, gateway, "p", 1))  # type: ignore[arg-type]
+    install_rate_limits(app, None, gateway, "p")  # type: ignore[arg-type]
     return {(r.method.lower(), r.resource.canonical) for r in app.router.routes()
             if r.method != "HEAD" and r.resource is not None}
 

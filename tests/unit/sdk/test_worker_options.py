@@ -145,3 +145,17 @@ async def test_activity_executor_and_workflow_runner_are_accepted() -> None:
                 assert result.startswith("users-pool")
         with ProcessPoolExecutor(1) as processes, pytest.raises(TypeError, match="ThreadPoolExecutor"):
             Worker(env.client, task_queue=Q, activities=[where], activity_executor=processes)
+
+
+@run_async
+async def test_the_rate_limits_are_accepted_by_the_time_skipping_environment() -> None:
+    """temporalio's max_activities_per_second and max_task_queue_activities_per_second: accepted (and enforced only
+    by a server's workers and engine, tests/integration/test_rate_limits.py); a rate must be positive."""
+    async with await WorkflowEnvironment.start_time_skipping() as env:
+        async with Worker(env.client, task_queue=Q, workflows=[Remote], activities=[where],
+                          max_activities_per_second=2.0, max_task_queue_activities_per_second=5.0):
+            result = await env.client.execute_workflow(Remote.run, "where", id="rated", task_queue=Q)
+        assert isinstance(result, str)
+        for options in ({"max_activities_per_second": 0.0}, {"max_task_queue_activities_per_second": -1.0}):
+            with pytest.raises(ValueError, match="must be positive"):
+                Worker(env.client, task_queue=Q, activities=[where], **options)  # type: ignore[arg-type]
