@@ -62,7 +62,7 @@ def workers(client: Client, queue: str, count: int, **options: float) -> list[Wo
 
 
 def test_a_rate_limited_queue_is_held_at_its_limit_across_three_workers(server: ServerProcess) -> None:
-    limit, n = 5.0, 25
+    limit, n = 5.0, 40  # eight seconds at the limit: a late confirmation bunching two starts moves the rate by 5%
 
     async def go() -> tuple[float, float]:
         client = await Client.connect(server.url)
