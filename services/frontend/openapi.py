@@ -158,6 +158,18 @@ def spec() -> dict[str, Any]:
                                                                 "run_id": {"type": "string"}}), 400, 404, 503, 504),
         one + "/terminate": post("Terminate a workflow", _obj({"reason": {"type": "string"},
                                                                "run_id": {"type": "string"}}), 400, 404, 503, 504),
+        one + "/reset": post("Reset: a new run whose history is this run's up to a completed workflow task (event_id, "
+                             "or reset_type FIRST_WORKFLOW_TASK or LAST_WORKFLOW_TASK), continued by today's code; "
+                             "later signals are delivered again unless reapply_signals is false; the open run is "
+                             "terminated",
+                             _obj({"event_id": {"type": "integer", "minimum": 1},
+                                   "reset_type": {"type": "string",
+                                                  "enum": ["FIRST_WORKFLOW_TASK", "LAST_WORKFLOW_TASK"]},
+                                   "reason": {"type": "string"}, "reapply_signals": {"type": "boolean"},
+                                   "run_id": {"type": "string"}, "request_id": {"type": "string"}}),
+                             400, 404, 503, 504,
+                             ok={"200": {"description": "The new run", "content": {JSON: {"schema": _obj({
+                                 "run_id": {"type": "string"}})}}}}),
         one + "/redrive": post("Decide the run's quarantined commands again (after an upgrade that fixed what failed "
                                "them); one outcome per command: APPLIED, REJECTED or FAILED (stays quarantined)",
                                _obj({"reason": {"type": "string"}, "run_id": {"type": "string"},
