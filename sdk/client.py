@@ -18,6 +18,7 @@ from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
+from ostinato.sdk.batch import BatchAction, BatchOperationHandle, start_batch_operation
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.sdk.interceptor import header_records
@@ -712,6 +713,15 @@ class Client:
         if not workflow_id or not activity_id:
             raise ValueError("give task_token, or workflow_id and activity_id")
         return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id, run_id, activity_id))
+
+    async def start_batch_operation(self, query: str, action: BatchAction, *, job_id: str,
+                                    rps: float | None = None) -> BatchOperationHandle:
+        """Terminate, cancel, signal or reset every run `query` selects (Ostinato's own API, `sdk/batch.py`): a
+        durable job with an id, progress and an optional rate limit (`rps`), run by the servers."""
+        return await start_batch_operation(self, query, action, job_id=job_id, rps=rps)
+
+    def get_batch_operation_handle(self, job_id: str) -> BatchOperationHandle:
+        return BatchOperationHandle(self, job_id)
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", first_execution_run_id: str = "",
                             result_type: Any = None) -> WorkflowHandle:
