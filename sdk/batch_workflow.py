@@ -25,7 +25,7 @@ BATCH_WORKFLOW_TYPE = "ostinato.BatchOperation"
 BATCH_TASK_QUEUE = "ostinato-batch"
 PAGE_SIZE = 1000  # run ids per page of the query: one activity result, far under the payload limit
 MAX_CHUNK = 200  # commands per activity when no rate limit is set
-ACTIVITY_TIMEOUT = timedelta(seconds=60)
+ACTIVITY_TIMEOUT = timedelta(seconds=10)  # a chunk takes well under a second; a dead worker's is retried soon
 _RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 
 
