@@ -7,10 +7,12 @@ The job is a run of the engine's `ostinato.BatchOperation` workflow (`sdk/batch_
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from ostinato.sdk.batch_workflow import BATCH_TASK_QUEUE, BATCH_WORKFLOW_TYPE
+from ostinato.sdk.exceptions import WorkflowFailureError
 
 Record = dict[str, Any]
 
@@ -101,7 +103,8 @@ class BatchOperationHandle:
 
     async def result(self) -> BatchOperationDescription:
         """Wait for the job to end, then describe it."""
-        await self._workflow.result()
+        with contextlib.suppress(WorkflowFailureError):  # canceled or terminated: describe says so
+            await self._workflow.result()
         return await self.describe()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ostinato.schemas.wire import REJECTED, command_type
 from ostinato.sdk import activity, workflow
 from ostinato.sdk.common import RetryPolicy
+from ostinato.sdk.exceptions import ActivityError, CancelledError
 
 Record = dict[str, Any]
 BATCH_WORKFLOW_TYPE = "ostinato.BatchOperation"
@@ -73,6 +74,10 @@ class BatchOperation:
             self.state = "COMPLETED"
         except asyncio.CancelledError:
             self.state = "CANCELED"  # the job was canceled: what was done stays done, the rest is left alone
+        except ActivityError as error:  # canceled while a chunk ran: the chunk's outcome is unknown, not counted
+            if not isinstance(error.cause, CancelledError):
+                raise
+            self.state = "CANCELED"
         self.total = max(self.total, self.done + self.failed)
         return self.progress()
 
