@@ -38,7 +38,8 @@ async def _serve(endpoint: str) -> None:
     from ostinato.sdk.client import Client
     from ostinato.sdk.worker import Worker
 
-    while True:  # the API is not listening yet at start-up, and a broker hiccup must not end batch jobs for good
+    await asyncio.sleep(RETRY_S)  # start-up hooks run before the API listens
+    while True:  # a broker hiccup must not end batch jobs for good
         try:
             client = await Client.connect(endpoint, identity="ostinato-batch")
             worker = Worker(client, task_queue=BATCH_TASK_QUEUE, workflows=[BatchOperation],
