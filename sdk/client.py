@@ -18,10 +18,12 @@ from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
+from ostinato.sdk.batch import BatchAction, BatchOperationHandle, start_batch_operation
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
 from ostinato.sdk.interceptor import header_records
 from ostinato.sdk.replayer import WorkflowHistory
+from ostinato.sdk.reset import ResetType, reset_body, reset_run
 from ostinato.sdk.search_attributes import SearchAttributeKey, TypedSearchAttributes, from_json_values, to_payloads
 from ostinato.sdk.search_attributes import decode as decode_search_attributes
 
@@ -42,6 +44,7 @@ __all__ = [
     "OutboundInterceptor",
     "QueryWorkflowInput",
     "ReportCancellationAsyncActivityInput",
+    "ResetType",
     "SignalWorkflowInput",
     "StartWorkflowInput",
     "StartWorkflowUpdateInput",
@@ -161,6 +164,11 @@ class WorkflowExecutionDescription:
     @property
     def id(self) -> str:
         return self.workflow_id
+
+    @property
+    def reset_run_id(self) -> str:
+        """The run a reset of this run started (empty if it was never reset): Temporal's resetRunId."""
+        return str(self.raw.get("reset_run_id") or "")
 
     @property
     def start_time(self) -> datetime | None:
@@ -706,6 +714,15 @@ class Client:
             raise ValueError("give task_token, or workflow_id and activity_id")
         return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id, run_id, activity_id))
 
+    async def start_batch_operation(self, query: str, action: BatchAction, *, job_id: str,
+                                    rps: float | None = None) -> BatchOperationHandle:
+        """Terminate, cancel, signal or reset every run `query` selects (Ostinato's own API, `sdk/batch.py`): a
+        durable job with an id, progress and an optional rate limit (`rps`), run by the servers."""
+        return await start_batch_operation(self, query, action, job_id=job_id, rps=rps)
+
+    def get_batch_operation_handle(self, job_id: str) -> BatchOperationHandle:
+        return BatchOperationHandle(self, job_id)
+
     def get_workflow_handle(self, workflow_id: str, *, run_id: str = "", first_execution_run_id: str = "",
                             result_type: Any = None) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id,
@@ -813,6 +830,17 @@ class WorkflowHandle:
             raise exc.RPCError(f"expected a {REDRIVEN} answer, got {reply_type}", status=200, code="malformed")
         outcomes: list[Record] = record["outcomes"]
         return outcomes
+
+    async def reset(self, event_id: int | None = None, *, reset_type: ResetType | str | None = None,
+                    reason: str = "", reapply: bool = True, request_id: str = "") -> str:
+        """Reset this run (Ostinato's own API; temporalio has none on the handle): start a new run of the workflow
+        whose history is this run's up to a WORKFLOW_TASK_COMPLETED event (`event_id`, or `reset_type` FIRST or
+        LAST_WORKFLOW_TASK), then continue it with the code the workers run now. Signals received after that point
+        are delivered again unless `reapply` is False; the workflow's current run, if open, is terminated, and
+        `describe().reset_run_id` of this run names the new one. Returns the new run's id.
+        """
+        return await reset_run(self.client.service, self.client.namespace, self.id, self.run_id or "",
+                               self.client.identity, reset_body(event_id, reset_type, reason, reapply), request_id)
 
     async def fetch_history(self) -> WorkflowHistory:
         """The run's history (a `WorkflowHistory`: the list of its events, with workflow and run ids), for

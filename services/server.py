@@ -137,6 +137,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     of their own: deciding is Python, and threads of one interpreter decide one at a time, behind the API's work
     too (docs/benchmarks.md measures both)."""
     from ostinato.services.frontend.api import install as install_api
+    from ostinato.services.frontend.batch_api import install as install_batch_api
     from ostinato.services.frontend.gateway import CommandGateway
     from ostinato.services.frontend.namespaces_api import Namespaces
     from ostinato.services.frontend.namespaces_api import config_for as namespace_config
@@ -235,12 +236,17 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         gateway = CommandGateway(ctx.bootstrap, ctx.settings)
         gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
         install_api(app, gateway)  # the JSON workflow API, over the same gateway
+        install_batch_api(app)  # batch operations: commands for the job's run, over the same gateway
         default_retention = procs.options.config.retention_ms if procs is not None else Config().retention_ms
         install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
         install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,
                            (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
                            opensearch_url=opensearch_url)
         install_ui(app, endpoint, auth_on=auth is not None)  # the web UI at /, reading through this API
+        if auth is None and ssl_context is None:  # with auth or TLS, run a worker for the batch queue yourself
+            from ostinato.services.batch_runner import install as install_batch_worker
+
+            install_batch_worker(app, f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}")
         if archive_uri and archiver:
             _install_archival(app, ctx, archive_uri, endpoint, auth)
         if mappings is not None:

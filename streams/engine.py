@@ -153,7 +153,8 @@ class InMemoryEngine:
         owned = shard.workflows.get(key)
         workflow = copy.deepcopy(owned) if owned is not None else Workflow(*key)
         try:
-            step = decide(workflow, command, self.clock.now_ms, self.config, offset=shard.offset)
+            step = decide(workflow, command, self.clock.now_ms, self.config, offset=shard.offset,
+                          history=self._outbox.history)
             if step.rejection is not None:
                 workflow = owned if owned is not None else Workflow(*key)  # a rejection changes nothing
             else:
@@ -449,6 +450,15 @@ class InMemoryEngine:
         a `Redriven` record with one outcome per command."""
         return self._send(namespace, workflow_id, "RedriveWorkflowExecution", {"reason": reason}, run_id=run_id,
                           identity=identity)
+
+    def reset(self, namespace: str, workflow_id: str, *, event_id: int = 0, reset_type: str = "UNSPECIFIED",
+              reason: str = "", reapply_signals: bool = True, run_id: str = "", request_id: str | None = None,
+              identity: str = "client") -> Record | None:
+        """Reset the run to a completed workflow task (by id, or FIRST/LAST_WORKFLOW_TASK); the reply's `Accepted`
+        names the new run."""
+        return self._send(namespace, workflow_id, "ResetWorkflowExecution", {
+            "event_id": event_id, "reset_type": reset_type, "reason": reason, "reapply_signals": reapply_signals},
+            run_id=run_id, request_id=request_id, identity=identity)
 
     def archive_completed(self, namespace: str, workflow_id: str, run_id: str, uri: str = "") -> Record | None:
         """Play the archiver: store the closed run's history under `uri` and confirm it to the owner."""

@@ -159,6 +159,8 @@ class RunState:
     # Set by version 2 of the started applier only: a run started before kept no input, so it is never retried
     # (its retry policy was accepted and ignored then) rather than retried with empty input.
     keeps_chain_inputs: bool = False
+    # The run a reset of this run created: set by the reset's decider, kept out of history as Temporal keeps it.
+    reset_run_id: str = field(default="", metadata=EPHEMERAL)
 
     @property
     def open(self) -> bool:

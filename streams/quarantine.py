@@ -145,7 +145,8 @@ def redrive(w: Writer, body: Record) -> Step:
             continue
         before = copy.deepcopy(workflow)
         try:
-            step = decide(workflow, {**command, "reply_partition": None}, w.now_ms, w.config, entry["offset"])
+            step = decide(workflow, {**command, "reply_partition": None}, w.now_ms, w.config, entry["offset"],
+                          w.history)
         except Exception as exc:  # noqa: BLE001 - still a bug: the command stays, the workflow as it was
             workflow.runs, workflow.current = before.runs, before.current
             message = f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE_CHARS]

@@ -7,6 +7,7 @@ runs, and at the end derives the timer actions from how each run's deadlines mov
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,6 +27,11 @@ from ostinato.streams.deadlines import deadlines
 from ostinato.streams.model import RunState, Workflow
 
 Record = dict[str, Any]
+HistoryReader = Callable[[RunState], Sequence[Record]]  # a run's history, event n at index n - 1
+
+
+def no_history(run: RunState) -> Sequence[Record]:
+    raise LookupError(f"no history reader was given to decide a command that reads run {run.run_id}'s history")
 
 
 @dataclass
@@ -40,8 +46,12 @@ class Step:
 
 
 class Writer:
-    def __init__(self, workflow: Workflow, now_ms: int, config: Config, command: Record, offset: int = 0) -> None:
+    def __init__(self, workflow: Workflow, now_ms: int, config: Config, command: Record, offset: int = 0,
+                 history: HistoryReader = no_history) -> None:
         self.workflow = workflow
+        # Recorded history, read by the few deciders that copy it (reset): the shell's store or the engine's log,
+        # both already committed, so the decision stays a function of the log.
+        self.history = history
         self.now_ms = now_ms
         self.offset = offset
         self.config = config
@@ -78,6 +88,12 @@ class Writer:
                               CURRENT_VERSION[event_type])
         self._write(run_id, event)
         return event
+
+    def copy(self, run_id: str, event: Record) -> None:
+        """Write an event recorded elsewhere (a reset copies its base run's history) exactly as it was: same id,
+        time and applier version, so the new run replays like the old one up to the cut."""
+        self._remember(run_id)
+        self._write(run_id, dict(event))
 
     def _write(self, run_id: str, event: Record) -> None:
         apply(self.workflow, run_id, event)

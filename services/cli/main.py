@@ -25,6 +25,7 @@ from ostinato.schemas import codec
 from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster
 from ostinato.services.cli.acl import app as acl_app
+from ostinato.services.cli.batch import app as batch_app
 from ostinato.services.cli.check import app as check_app
 from ostinato.services.cli.ingress import app as ingress_app
 from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
@@ -58,6 +59,7 @@ app.add_typer(operator_app, name="operator")
 app.add_typer(visibility_app, name="visibility")
 app.add_typer(acl_app, name="acl")
 app.add_typer(ingress_app, name="ingress")
+app.add_typer(batch_app, name="batch")
 app.command("replay")(replay_command)
 infra_app.add_typer(kafka_app, name="kafka")
 infra_app.add_typer(opensearch_app, name="opensearch")

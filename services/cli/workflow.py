@@ -323,6 +323,23 @@ def terminate(workflow_id: Annotated[str, typer.Argument()], reason: Annotated[s
 
 
 @app.command()
+def reset(workflow_id: Annotated[str, typer.Argument()],
+          event_id: Annotated[int, typer.Option("--event-id", help="a WORKFLOW_TASK_COMPLETED event id")] = 0,
+          reset_type: Annotated[str, typer.Option("--type", help="first or last (workflow task)")] = "",
+          reason: Annotated[str, typer.Option()] = "", run_id: Annotated[str, typer.Option("--run-id")] = "",
+          no_reapply: Annotated[bool, typer.Option("--no-reapply", help="drop signals after the point")] = False,
+          server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
+          ) -> None:
+    """Start a new run from a completed workflow task of this one (its code runs again from there)."""
+    body: dict[str, object] = {"reason": reason, "run_id": run_id, "reapply_signals": not no_reapply}
+    if event_id:
+        body["event_id"] = event_id
+    if reset_type:
+        body["reset_type"] = reset_type
+    _show(_run(lambda: _call(server, "POST", _wf_path(namespace, workflow_id, "/reset"), body)), output)
+
+
+@app.command()
 def result(workflow_id: Annotated[str, typer.Argument()],
            timeout_ms: Annotated[int, typer.Option("--timeout-ms")] = 30_000,
            server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",

@@ -272,6 +272,27 @@ async def terminate(request: web.Request) -> web.Response:
 
 
 @_handler
+async def reset(request: web.Request) -> web.Response:
+    """Start a new run from a completed workflow task of the run (`event_id`, or `reset_type` FIRST or LAST): 200
+    with the new run's id. Retrying with the same `request_id` resets once."""
+    body = await _body(request) if request.can_read_body else {}
+    reset_type = _field(body, "reset_type", str, "").upper()
+    if reset_type in ("FIRST", "LAST"):
+        reset_type += "_WORKFLOW_TASK"
+    if reset_type not in ("", "FIRST_WORKFLOW_TASK", "LAST_WORKFLOW_TASK"):
+        raise BadRequest("reset_type must be FIRST_WORKFLOW_TASK or LAST_WORKFLOW_TASK", field="reset_type")
+    event_id = _field(body, "event_id", int, 0)
+    if event_id < 0 or (bool(event_id) == bool(reset_type)):
+        raise BadRequest("give exactly one of event_id (a WORKFLOW_TASK_COMPLETED event) and reset_type",
+                         field="event_id")
+    kind, record = await _send(request, request.match_info["workflow_id"], "ResetWorkflowExecution", {
+        "event_id": event_id, "reset_type": reset_type or "UNSPECIFIED", "reason": _field(body, "reason", str, ""),
+        "reapply_signals": _field(body, "reapply_signals", bool, True)}, run_id=_field(body, "run_id", str, ""),
+        request_id=_field(body, "request_id", str, ""))
+    return _rejected(record) if kind.endswith("Rejected") else web.json_response({"run_id": record["run_id"]})
+
+
+@_handler
 async def redrive(request: web.Request) -> web.Response:
     """Decide the run's quarantined commands again (describe lists them under `quarantine`), after an upgrade that
     fixed what failed them: 200 with one outcome per command (APPLIED, REJECTED or FAILED: FAILED ones stay)."""
@@ -534,6 +555,7 @@ def install(app: web.Application, gateway: CommandGateway) -> None:
     app.router.add_post(base + "/{workflow_id}/cancel", cancel)
     app.router.add_post(base + "/{workflow_id}/terminate", terminate)
     app.router.add_post(base + "/{workflow_id}/redrive", redrive)
+    app.router.add_post(base + "/{workflow_id}/reset", reset)
     app.router.add_post(base + "/{workflow_id}/updates/{name}", update)
     app.router.add_post(base + "/{workflow_id}/update-with-start", update_with_start)
     install_owner_reads(app)

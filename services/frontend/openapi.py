@@ -35,6 +35,7 @@ _ANY_LIST = {"type": "array", "items": {}}
 _MAP = {"type": "object", "additionalProperties": True}
 _NS = {"name": "namespace", "in": "path", "required": True, "schema": {"type": "string"}}
 _WF = {"name": "workflow_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_JOB = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _RUN = {"name": "run_id", "in": "query", "required": False, "schema": {"type": "string"}}
 _OK = {"200": {"description": "OK", "content": {JSON: {"schema": {"type": "object"}}}}}
 _START = _obj({
@@ -135,6 +136,24 @@ def spec() -> dict[str, Any]:
                                    "store behind the visibility topic, in offsets (cached for 2 s)", [], 503,
                                    ok=_LAG),
         "/api/v1/openapi.json": get("This document", []),
+        "/api/v1/namespaces/{namespace}/batch-operations": post(
+            "Start a batch operation: terminate, cancel, signal or reset every run the visibility query selects, as "
+            "a durable job (rps: operations per second, 0 or absent: unlimited)",
+            _obj({"query": {"type": "string"}, "job_id": {"type": "string"},
+                  "operation": {"type": "string", "enum": ["terminate", "cancel", "signal", "reset"]},
+                  "reason": {"type": "string"}, "signal_name": {"type": "string"}, "args": _ANY_LIST,
+                  "reset_type": {"type": "string", "enum": ["FIRST_WORKFLOW_TASK", "LAST_WORKFLOW_TASK"]},
+                  "reapply_signals": {"type": "boolean"}, "rps": {"type": "number", "minimum": 0}},
+                 ["query", "operation"]),
+            400, 404, 409, 503, 504, params=[_NS],
+            ok={"201": {"description": "Started", "content": {JSON: {"schema": _obj({
+                "job_id": {"type": "string"}, "run_id": {"type": "string"}})}}}}),
+        "/api/v1/namespaces/{namespace}/batch-operations/{job_id}": get(
+            "A batch operation's progress: state (RUNNING, COMPLETED, CANCELED), total, done, failed, errors",
+            [_NS, _JOB], 400, 404, 503, 504),
+        "/api/v1/namespaces/{namespace}/batch-operations/{job_id}/cancel": post(
+            "Cancel a batch operation (runs already acted on stay so)", None, 400, 404, 409, 503, 504,
+            params=[_NS, _JOB]),
         "/api/v1/commands": {"post": {
             "summary": "SDK path: a single-object Avro Command in, the Reply the engine wrote out",
             "parameters": [{"name": "timeout_ms", "in": "query", "schema": {"type": "integer"}}],
@@ -163,6 +182,18 @@ def spec() -> dict[str, Any]:
                                                                 "run_id": {"type": "string"}}), 400, 404, 503, 504),
         one + "/terminate": post("Terminate a workflow", _obj({"reason": {"type": "string"},
                                                                "run_id": {"type": "string"}}), 400, 404, 503, 504),
+        one + "/reset": post("Reset: a new run whose history is this run's up to a completed workflow task (event_id, "
+                             "or reset_type FIRST_WORKFLOW_TASK or LAST_WORKFLOW_TASK), continued by today's code; "
+                             "later signals are delivered again unless reapply_signals is false; the open run is "
+                             "terminated",
+                             _obj({"event_id": {"type": "integer", "minimum": 1},
+                                   "reset_type": {"type": "string",
+                                                  "enum": ["FIRST_WORKFLOW_TASK", "LAST_WORKFLOW_TASK"]},
+                                   "reason": {"type": "string"}, "reapply_signals": {"type": "boolean"},
+                                   "run_id": {"type": "string"}, "request_id": {"type": "string"}}),
+                             400, 404, 503, 504,
+                             ok={"200": {"description": "The new run", "content": {JSON: {"schema": _obj({
+                                 "run_id": {"type": "string"}})}}}}),
         one + "/redrive": post("Decide the run's quarantined commands again (after an upgrade that fixed what failed "
                                "them); one outcome per command: APPLIED, REJECTED or FAILED (stays quarantined)",
                                _obj({"reason": {"type": "string"}, "run_id": {"type": "string"},

@@ -197,7 +197,8 @@ class Shard:
         key = (command["namespace"], command["workflow_id"])
         try:
             workflow = self._load(*key)
-            step = decide(workflow, command, now_ms, self.config_for(key[0]), offset=offset)
+            step = decide(workflow, command, now_ms, self.config_for(key[0]), offset=offset,
+                          history=self._outbox.history)
             if step.rejection is not None:
                 self.rejections.append(Rejection(step.rejection["code"], step.rejection["message"], command))
                 self._working.pop(key, None)  # a rejection changes nothing: reload rather than trust the object

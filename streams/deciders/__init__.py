@@ -11,7 +11,7 @@ from typing import Any
 from ostinato.schemas import wire
 from ostinato.streams.config import Config
 from ostinato.streams.model import Workflow
-from ostinato.streams.writer import Step, Writer
+from ostinato.streams.writer import HistoryReader, Step, Writer, no_history
 
 Record = dict[str, Any]
 Decider = Callable[[Writer, Record], Step]
@@ -22,6 +22,7 @@ def _deciders() -> dict[str, Decider]:
     from ostinato.streams.deciders import (
         activities,
         notifications,
+        reset,
         signals,
         start,
         timers,
@@ -54,22 +55,25 @@ def _deciders() -> dict[str, Decider]:
         c + "RedriveWorkflowExecution": quarantine.redrive,
         c + "UpdateWorkflowExecution": updates.update,
         c + "UpdateWithStartWorkflowExecution": start.update_with_start,
+        c + "ResetWorkflowExecution": reset.reset,
     }
 
 
 _DECIDERS: dict[str, Decider] = {}
 
 
-def decide(workflow: Workflow, command: Record, now_ms: int, config: Config, offset: int = 0) -> Step:
+def decide(workflow: Workflow, command: Record, now_ms: int, config: Config, offset: int = 0,
+           history: HistoryReader = no_history) -> Step:
     """Process one command (an `ostinato.command.Command` record) for `workflow`, at the owner's time `now_ms`.
 
     `offset` is the command's position in its commands partition: unique for ever within the shard and the same
     when the command is processed again after an abort, so ids derived from it (run ids) are unique and stable.
-    `workflow` is changed in place; if this raises (a bug, never bad input), the caller must discard it.
+    `history` reads a run's recorded history (the reset copies it). `workflow` is changed in place; if this
+    raises (a bug, never bad input), the caller must discard it.
     """
     if not _DECIDERS:
         _DECIDERS.update(_deciders())
-    writer = Writer(workflow, now_ms, config, command, offset)
+    writer = Writer(workflow, now_ms, config, command, offset, history)
     name, body = command["body"]
     decider = _DECIDERS.get(name)
     if decider is None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.services.frontend.api import install as install_api
+from ostinato.services.frontend.batch_api import install as install_batch_api
 from ostinato.services.frontend.gateway import CommandGateway
 from ostinato.services.frontend.namespaces_api import Namespaces
 from ostinato.services.frontend.namespaces_api import install as install_namespaces
@@ -22,6 +23,7 @@ def _routes(tmp_path: Path) -> set[tuple[str, str]]:
     gateway = CommandGateway("127.0.0.1:1", SETTINGS)  # not started: only its routes are needed
     gateway.install(app)
     install_api(app, gateway)
+    install_batch_api(app)
     install_visibility(app, "127.0.0.1:1", "p", tmp_path / "v.sqlite")  # not started: routes only
     install_namespaces(app, Namespaces(None, gateway, "p", 1))  # type: ignore[arg-type]
     install_rate_limits(app, None, gateway, "p")  # type: ignore[arg-type]

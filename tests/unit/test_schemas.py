@@ -101,7 +101,7 @@ def test_the_catalogue_is_complete() -> None:
     }
     assert expected <= set(TYPES)
     body = next(f for f in _canonical_json("ostinato.command.Command")["fields"] if f["name"] == "body")["type"]
-    assert len(body) == 23  # the wire-contract issue's commands; + redrive (16); + update, update-with-start (18)
+    assert len(body) == 24  # the wire-contract issue's commands; + redrive (16); + updates (18), reset (21)
     event_types = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][2]["type"]
     attributes = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][4]["type"]
     # + RECORD_PUBLISHED (issue 22); + UPDATE_ACCEPTED, UPDATE_COMPLETED (18)

@@ -996,7 +996,7 @@ def test_history_warning_is_on_the_workflow_task() -> None:
 # == routing ======================================================================================================
 
 @pytest.mark.parametrize(("record", "code", "fragment"), [
-    pytest.param({"body": (C + "ResetWorkflowExecution", {})}, "UNKNOWN_TYPE", "ResetWorkflowExecution",
+    pytest.param({"body": (C + "NoSuchCommand", {})}, "UNKNOWN_TYPE", "NoSuchCommand",
                  id="unknown-command-type"),
     pytest.param({"workflow_id": "someone-else"}, "WRONG_SHARD", "another workflow", id="other-workflow-id"),
     pytest.param({"namespace": "other-ns"}, "WRONG_SHARD", "another workflow", id="other-namespace"),
