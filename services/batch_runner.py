@@ -15,13 +15,14 @@ log = logging.getLogger("ostinato.batch")
 RETRY_S = 1.0
 
 
-def install(app: web.Application, endpoint: str) -> None:
-    """Run the batch worker while the app runs, against this server's own API at `endpoint`."""
+def install(app: web.Application, endpoint: str, api_key: str | None = None) -> None:
+    """Run the batch worker while the app runs, against this server's own API at `endpoint` (with `api_key` when
+    the server has auth: its internal token)."""
     task: asyncio.Task[None] | None = None
 
     async def start(app: web.Application) -> None:
         nonlocal task
-        task = asyncio.get_running_loop().create_task(_serve(endpoint))
+        task = asyncio.get_running_loop().create_task(_serve(endpoint, api_key))
 
     async def stop(app: web.Application) -> None:
         if task is not None:
@@ -33,7 +34,7 @@ def install(app: web.Application, endpoint: str) -> None:
     app.on_shutdown.append(stop)
 
 
-async def _serve(endpoint: str) -> None:
+async def _serve(endpoint: str, api_key: str | None) -> None:
     from ostinato.sdk.batch_workflow import BATCH_TASK_QUEUE, BatchOperation, batch_activities
     from ostinato.sdk.client import Client
     from ostinato.sdk.worker import Worker
@@ -41,7 +42,7 @@ async def _serve(endpoint: str) -> None:
     await asyncio.sleep(RETRY_S)  # start-up hooks run before the API listens
     while True:  # a broker hiccup must not end batch jobs for good
         try:
-            client = await Client.connect(endpoint, identity="ostinato-batch")
+            client = await Client.connect(endpoint, identity="ostinato-batch", api_key=api_key)
             worker = Worker(client, task_queue=BATCH_TASK_QUEUE, workflows=[BatchOperation],
                             activities=batch_activities(client))
             await worker.run()

@@ -243,10 +243,11 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
                            (data_dir or default_data_dir()) / ctx.settings.topic_prefix / "visibility.sqlite",
                            opensearch_url=opensearch_url)
         install_ui(app, endpoint, auth_on=auth is not None)  # the web UI at /, reading through this API
-        if auth is None and ssl_context is None:  # with auth or TLS, run a worker for the batch queue yourself
+        if ssl_context is None:  # with TLS, run a worker for the batch queue yourself (the SDK trusts system CAs only)
             from ostinato.services.batch_runner import install as install_batch_worker
 
-            install_batch_worker(app, f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}")
+            install_batch_worker(app, f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}",
+                                 api_key=auth.internal_token() if auth is not None else None)
         if archive_uri and archiver:
             _install_archival(app, ctx, archive_uri, endpoint, auth)
         if mappings is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,13 @@ class Auth:
             if hmac.compare_digest(known.encode(), token.encode()):
                 return grants.get(namespace) or grants.get("*")
         return None
+
+    def internal_token(self) -> str:
+        """A token only this process knows, a writer of every namespace, kept in memory and never written anywhere:
+        the server's own batch worker calls the API with it, so batch jobs run on a server with auth as without."""
+        token = secrets.token_urlsafe(32)
+        self.tokens[token] = {"*": "writer"}
+        return token
 
     def reader_of_everything(self) -> str | None:
         """A token that may read every namespace (for the server's own calls to its API), or None."""

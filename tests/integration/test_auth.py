@@ -10,9 +10,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ostinato.client import Client
+from ostinato.client import Client, WorkflowExecutionStatus
 from ostinato.exceptions import RPCError
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.sdk.batch import BatchTerminate
 from ostinato.services.admin.cluster import init_cluster
 from tests.tools.servers import ServerProcess
 
@@ -62,7 +63,23 @@ def test_tokens_and_roles(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path
             finally:
                 await without.service.close()  # type: ignore[attr-defined]
 
+        async def batch() -> None:
+            """The server's own batch worker calls the API with its internal token, so a job runs under auth."""
+            client = await Client.connect(server.url, api_key="w-token")
+            query = f"WorkflowId = '{start['workflow_id']}' AND ExecutionStatus = 'Running'"
+            for _ in range(300):  # the visibility feeder indexes the run within a second or two
+                if await client.count_workflows(query) == 1:
+                    break
+                await asyncio.sleep(0.1)
+            job = await client.start_batch_operation(query, BatchTerminate("under auth"),
+                                                     job_id=f"job-{uuid.uuid4().hex[:6]}")
+            described = await asyncio.wait_for(job.result(), 60)
+            assert (described.state, described.done, described.failed) == ("COMPLETED", 1, 0)
+            status = (await client.get_workflow_handle(start["workflow_id"]).describe()).status
+            assert status == WorkflowExecutionStatus.TERMINATED
+
         asyncio.run(sdk())
+        asyncio.run(batch())
     finally:
         server.stop()
 
