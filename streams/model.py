@@ -159,6 +159,8 @@ class RunState:
     # Set by version 2 of the started applier only: a run started before kept no input, so it is never retried
     # (its retry policy was accepted and ignored then) rather than retried with empty input.
     keeps_chain_inputs: bool = False
+    # Set on a schedule's own run only: an `ostinato.schedule.ScheduleInfo` record (streams/schedules).
+    schedule: Record | None = None
 
     @property
     def open(self) -> bool:

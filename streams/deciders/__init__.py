@@ -28,6 +28,7 @@ def _deciders() -> dict[str, Decider]:
         updates,
         workflow_task,
     )
+    from ostinato.streams.schedules import deciders as schedules
 
     c = wire.COMMAND_PREFIX
     return {
@@ -54,6 +55,7 @@ def _deciders() -> dict[str, Decider]:
         c + "RedriveWorkflowExecution": quarantine.redrive,
         c + "UpdateWorkflowExecution": updates.update,
         c + "UpdateWithStartWorkflowExecution": start.update_with_start,
+        **schedules.COMMANDS,
     }
 
 
