@@ -15,6 +15,7 @@ from ostinato.client import (
     ScheduleBackfill,
     ScheduleCalendarSpec,
     ScheduleDescription,
+    ScheduleHandle,
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
@@ -68,12 +69,16 @@ async def _overlapping(env: ScenarioEnv, overlap: ScheduleOverlapPolicy) -> Sche
         await handle.trigger()
         await env.sleep(SECOND)
 
+    released: set[str] = set()
+
     async def settled() -> ScheduleDescription | None:
         described = await handle.describe()
         running = described.info.running_actions
         if running and all(r.first_execution_run_id for r in running):
             for r in running:  # release what runs, so buffered actions start
-                await env.client.get_workflow_handle(r.workflow_id).signal(Blocker.release)
+                if r.workflow_id not in released:
+                    released.add(r.workflow_id)
+                    await env.client.get_workflow_handle(r.workflow_id).signal(Blocker.release)
             return None
         return described if not running and not described.info.buffered_actions else None
 
@@ -112,6 +117,12 @@ async def test_overlap_policy_stopping_runs(env: ScenarioEnv, overlap: ScheduleO
     assert info.num_actions + info.num_actions_skipped_overlap == 3
 
 
+async def _with_note(handle: ScheduleHandle, note: str) -> ScheduleDescription | None:
+    """The description once it shows `note` (a read may trail a write by a commit on a real engine)."""
+    described = await handle.describe()
+    return described if described.schedule.state.note == note else None
+
+
 async def test_pause_trigger_unpause_and_delete(env: ScenarioEnv) -> None:
     """A paused schedule has no upcoming actions yet can be triggered; notes say why; unpausing brings its times
     back; a second create is refused; list shows it; delete ends it."""
@@ -135,12 +146,13 @@ async def test_pause_trigger_unpause_and_delete(env: ScenarioEnv) -> None:
         described = await env.wait_until(completed, what="the triggered action to complete")
         assert described.info.num_actions == 1
         await handle.unpause(note="back to work")
-        described = await handle.describe()
-        assert (described.schedule.state.paused, described.schedule.state.note) == (False, "back to work")
+        described = await env.wait_until(lambda: _with_note(handle, "back to work"), what="the unpause")
+        assert not described.schedule.state.paused
         times = described.info.next_action_times
         assert len(times) == 10 and all((t.minute, t.second) == (5, 0) for t in times)
         await handle.pause(note="maintenance")
-        assert (await handle.describe()).schedule.state.note == "maintenance"
+        described = await env.wait_until(lambda: _with_note(handle, "maintenance"), what="the pause")
+        assert described.schedule.state.paused and described.info.next_action_times == []
 
         async def listed() -> list[str] | None:
             ids = [s.id async for s in await env.client.list_schedules()]
@@ -148,9 +160,15 @@ async def test_pause_trigger_unpause_and_delete(env: ScenarioEnv) -> None:
 
         await env.wait_until(listed, what="the schedule to be listed")
         await handle.delete()
-        with pytest.raises(RPCError) as missing:
-            await handle.describe()
-        assert missing.value.code == "NOT_FOUND"
+
+        async def gone() -> str | None:
+            try:
+                await handle.describe()
+            except RPCError as e:
+                return e.code
+            return None
+
+        assert await env.wait_until(gone, what="the schedule to be deleted") == "NOT_FOUND"
 
 
 async def test_backfill_of_a_day(env: ScenarioEnv) -> None:
