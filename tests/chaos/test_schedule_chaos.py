@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ostinato.client import Client, Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleSpec
+from ostinato.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.services.admin.checker import check_history
 from ostinato.services.admin.cluster import init_cluster
@@ -44,7 +52,9 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, seconds_before: float
         async with Worker(client, task_queue=QUEUE, workflows=[Stamp]):
             handle = await client.create_schedule(schedule_id, Schedule(
                 action=ScheduleActionStartWorkflow(Stamp.run, "tick", id=f"tick-{schedule_id}", task_queue=QUEUE),
-                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=1))])))
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=1))]),
+                # ALLOW_ALL: the seconds missed while down all start on restart (SKIP would skip all but one).
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.ALLOW_ALL)))
             await asyncio.sleep(seconds_before)
             await asyncio.to_thread(server.kill)
             await asyncio.sleep(seconds_down)  # actions fall due while nobody owns the shard
@@ -77,7 +87,7 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, seconds_before: float
 
 
 def test_schedule_survives_a_kill(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
-    _run(kafka, topic_prefix, tmp_path, seconds_before=3, seconds_down=3, seconds_after=3)
+    _run(kafka, topic_prefix, tmp_path, seconds_before=2, seconds_down=2, seconds_after=2)
 
 
 @pytest.mark.chaos_full
