@@ -22,6 +22,8 @@ from ostinato.client import (
     ScheduleRange,
     ScheduleSpec,
     ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from ostinato.exceptions import RPCError
 from tests.e2e.sdk_scenarios.conftest import ScenarioEnv
@@ -196,3 +198,31 @@ async def test_backfill_of_a_day(env: ScenarioEnv) -> None:
     assert [a.scheduled_at for a in info.recent_actions] == hours
     assert all(a.status == "COMPLETED" for a in info.recent_actions)
     assert info.recent_actions[-1].action.workflow_id.endswith("-2024-03-01T23:30:00Z")
+
+
+@pytest.mark.parametrize("env", ["time-skipping"], indirect=True)  # hours of virtual time
+async def test_update_replaces_the_spec_and_keeps_the_progress(env: ScenarioEnv) -> None:
+    """`update(updater)` (async or not) gets the description and returns the new schedule: the new spec applies from
+    now, the counts stay, and an updater returning None changes nothing."""
+    async with env.worker(workflows=[Stamp]):
+        handle = await env.client.create_schedule(env.workflow_id("updated"), Schedule(
+            action=_stamp(env, "v1"), spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))])))
+        await env.sleep(timedelta(hours=2))
+
+        async def hourly_to_daily(update: ScheduleUpdateInput) -> ScheduleUpdate:
+            schedule = update.description.schedule
+            schedule.spec = ScheduleSpec(cron_expressions=["0 6 * * *"])
+            schedule.action.args = ["v2"]
+            return ScheduleUpdate(schedule)
+
+        await handle.update(hourly_to_daily)
+        await handle.update(lambda _: None)
+        await env.sleep(timedelta(days=1))
+        described = await handle.describe()
+    assert described.schedule.spec.cron_expressions == ["0 6 * * *"]
+    assert described.schedule.action.args == ["v2"]
+    assert described.info.num_actions == 3 and described.info.last_updated_at is not None
+    last = described.info.recent_actions[-1]
+    assert (last.scheduled_at.hour, last.scheduled_at.minute) == (6, 0)
+    result = await env.client.get_workflow_handle(last.action.workflow_id).result()
+    assert result.startswith("v2@")
