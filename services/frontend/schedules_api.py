@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
 from typing import Any
 
@@ -51,6 +52,8 @@ def _calendar(value: Any) -> Record:
     out = {**_CALENDAR, **{k: v for k, v in value.items() if k in _CALENDAR}}
     for name in _CALENDAR:
         if name != "comment":
+            if not isinstance(out[name], list):
+                raise BadRequest(f"calendar {name} must be a list of ranges", field=name)
             out[name] = [{"start": r.get("start"), "end": r.get("end", 0), "step": r.get("step", 0)}
                          if isinstance(r, dict) else {"start": r, "end": 0, "step": 0} for r in out[name]]
     return out
@@ -109,9 +112,7 @@ async def _command(request: web.Request, name: str, body: Record, answer: Record
 
 @api.handler
 async def create(request: web.Request) -> web.Response:
-    body = await request.json() if request.can_read_body else None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
+    body = await _json_body(request)
     schedule_id = api.field(body, "schedule_id", str, required=True)
     if not schedule_id:
         raise BadRequest("schedule_id must not be empty", field="schedule_id")
@@ -123,7 +124,10 @@ async def create(request: web.Request) -> web.Response:
 
 
 async def _json_body(request: web.Request) -> Record:
-    body = await request.json() if request.can_read_body else {}
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body

@@ -24,7 +24,7 @@ from ostinato.streams.writer import Step, Writer
 Record = dict[str, Any]
 
 MAX_ACTIONS_PER_STEP = 1_000  # a long outage is caught up on in steps of this many (the timer stays due)
-MAX_BACKFILL_ACTIONS = 10_000
+MAX_BACKFILL_ACTIONS = 1_000  # per range, as Temporal bounds its buffer
 
 
 def definition_problem(definition: Record) -> str | None:

@@ -23,7 +23,8 @@ _SECOND_MS = 1000
 _DAY_SECONDS = 86_400
 _DAY_MS = _DAY_SECONDS * _SECOND_MS
 _HORIZON_DAYS = 366 * 8 + 2  # as streams.cron: eight years hold every date that can match at all
-_MAX_SKIPPED = 10_000  # consecutive skipped times before a spec is judged to have no next time
+_MAX_JITTER_MS = 365 * _DAY_MS
+_MAX_SKIPPED = 2_000  # consecutive skipped times before a spec is judged to have no next time
 # A clock going back (DST) can make a local time repeat: search from a little before the instant's local time.
 _ZONE_SLACK_MS = 3 * 3600 * _SECOND_MS
 
@@ -32,6 +33,9 @@ _DEFAULTS = {"second": (0, 0), "minute": (0, 0), "hour": (0, 0), "day_of_month":
              "day_of_week": (0, 6)}
 _BOUNDS = {"second": (0, 59), "minute": (0, 59), "hour": (0, 23), "day_of_month": (1, 31), "month": (1, 12),
            "year": (1970, 9999), "day_of_week": (0, 7)}
+
+
+LAST_MS = 253_402_128_000_000  # 9999-12-30: civil time (and zoneinfo) ends with year 9999
 
 
 class SpecError(ValueError):
@@ -147,8 +151,8 @@ def _compile(spec: Record) -> CompiledSpec:
             raise SpecError(f"interval every {every} ms offset {offset} ms: every must be at least a second, and "
                             "the offset below it")
         intervals.append((every, offset))
-    if spec["jitter_ms"] < 0:
-        raise SpecError("jitter must not be negative")
+    if not 0 <= spec["jitter_ms"] <= _MAX_JITTER_MS:
+        raise SpecError("jitter must be between 0 and 365 days")
     return CompiledSpec(
         calendars=tuple(compile_calendar(c) for c in spec["calendars"])
         + tuple(compile_cron(e) for e in spec["cron_expressions"]),
@@ -190,9 +194,10 @@ def next_time(spec: Record, after_ms: int) -> int | None:
     compiled = compile_spec(spec)
     if compiled.start_at_ms is not None and after_ms < compiled.start_at_ms - 1:
         after_ms = compiled.start_at_ms - 1
+    after_ms = max(after_ms, -1)  # schedules act from 1970 on
     for _ in range(_MAX_SKIPPED):
         found = _next_raw(compiled, after_ms)
-        if found is None or (compiled.end_at_ms is not None and found > compiled.end_at_ms):
+        if found is None or found > LAST_MS or (compiled.end_at_ms is not None and found > compiled.end_at_ms):
             return None
         local = zones.to_local_ms(found, compiled.zone)
         if not any(skip.matches(local) for skip in compiled.skip):

@@ -25,7 +25,7 @@ def zone(name: str) -> ZoneInfo | None:
         return None
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as error:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as error:  # a name can also be a bad path
         raise ZoneError(f"unknown time zone {name!r}") from error
 
 
