@@ -28,6 +28,7 @@ from ostinato.sdk.schedules import *  # noqa: F403 (temporalio has the schedule 
 from ostinato.sdk.schedules import Schedule, ScheduleAsyncIterator, ScheduleBackfill, ScheduleHandle
 from ostinato.sdk.search_attributes import SearchAttributeKey, TypedSearchAttributes, from_json_values, to_payloads
 from ostinato.sdk.search_attributes import decode as decode_search_attributes
+from ostinato.streams.schedules import is_schedule_parent
 
 __all__ = [
     "AsyncActivityCancelledError",
@@ -183,11 +184,13 @@ class WorkflowExecutionDescription:
 
     @property
     def parent_id(self) -> str | None:
-        return (self.raw.get("parent") or {}).get("workflow_id")
+        parent = self.raw.get("parent")
+        return None if parent is None or is_schedule_parent(parent) else parent.get("workflow_id")
 
     @property
     def parent_run_id(self) -> str | None:
-        return (self.raw.get("parent") or {}).get("run_id")
+        parent = self.raw.get("parent")
+        return None if parent is None or is_schedule_parent(parent) else parent.get("run_id")
 
     @property
     def search_attributes(self) -> dict[str, list[Any]]:

@@ -17,3 +17,10 @@ def schedule_workflow_id(schedule_id: str) -> str:
 def schedule_id_of(workflow_id: str) -> str | None:
     """The schedule id a schedule's workflow id stands for; None for any other workflow."""
     return workflow_id[len(SCHEDULE_WORKFLOW_PREFIX):] if workflow_id.startswith(SCHEDULE_WORKFLOW_PREFIX) else None
+
+
+def is_schedule_parent(parent: dict[str, object] | None) -> bool:
+    """Whether a run's parent record names the schedule that started it (how its close reaches the schedule)
+    rather than a parent workflow: the SDK shows such a run without a parent, as Temporal does."""
+    return (parent is not None and parent.get("initiated_event_id") == 0
+            and str(parent.get("workflow_id", "")).startswith(SCHEDULE_WORKFLOW_PREFIX))

@@ -49,6 +49,8 @@ async def test_cron_schedule_takes_five_actions_over_five_days(env: ScenarioEnv)
         start = env.now()
         await env.sleep(timedelta(days=5))
         described = await handle.describe()
+        first = await env.client.get_workflow_handle(described.info.recent_actions[0].action.workflow_id).describe()
+    assert first.parent_id is None  # its schedule is no parent, as in Temporal
     info = described.info
     assert info.num_actions == 5
     assert [a.status for a in info.recent_actions] == ["COMPLETED"] * 5
