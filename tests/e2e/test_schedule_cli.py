@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,14 @@ def _until(check: Any, what: str, timeout_s: float = 30.0) -> Any:
         time.sleep(0.2)
 
 
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_the_schedule_verbs(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
     init_cluster(kafka.bootstrap, topic_prefix, shards=2)
     server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log").start()
@@ -32,9 +42,10 @@ def test_the_schedule_verbs(kafka: KafkaCluster, topic_prefix: str, tmp_path: Pa
     opts = ["--server", server.url]
 
     def described() -> dict[str, Any]:
-        shown = run_cli("schedule", "describe", sid, "-o", "json", *opts)
-        assert shown.returncode == 0, shown.stderr
-        found: dict[str, Any] = json.loads(shown.stdout)
+        """What `schedule describe -o json` prints, read from its endpoint directly (polling through the CLI would
+        start a process per look)."""
+        with urllib.request.urlopen(f"{server.url}/api/v1/namespaces/default/schedules/{sid}", timeout=30) as resp:
+            found: dict[str, Any] = json.loads(resp.read())
         return found
 
     try:
@@ -47,7 +58,10 @@ def test_the_schedule_verbs(kafka: KafkaCluster, topic_prefix: str, tmp_path: Pa
             again = run_cli("schedule", "create", sid, "-t", "hello", "-q", "sched-q", "-w", "x", "--every", "60",
                             *opts)
             assert again.returncode == 1 and "already_started" in again.stderr
-            first = described()
+            shown = run_cli("schedule", "describe", sid, "-o", "json", *opts)
+            assert shown.returncode == 0, shown.stderr
+            first = json.loads(shown.stdout)
+            assert first == described() | {"info": first["info"]}
             assert first["state"] == {"note": "set up", "paused": True, "limited_actions": False,
                                       "remaining_actions": 0}
             assert first["info"]["next_action_times_ms"] == [] and first["action"]["input"] == ["Ada"]
@@ -67,7 +81,9 @@ def test_the_schedule_verbs(kafka: KafkaCluster, topic_prefix: str, tmp_path: Pa
             assert run_cli("schedule", "pause", sid, "--note", "quiet", *opts).returncode == 0
             _until(lambda: sid in run_cli("schedule", "list", *opts).stdout, "the schedule in the list")
             assert run_cli("schedule", "delete", sid, *opts).returncode == 0
-            _until(lambda: run_cli("schedule", "describe", sid, *opts).returncode == 1, "the deletion")
+            _until(lambda: _status(f"{server.url}/api/v1/namespaces/default/schedules/{sid}") == 404, "the deletion")
+            gone = run_cli("schedule", "describe", sid, *opts)
+            assert gone.returncode == 1 and "not_found" in gone.stderr
         bad = run_cli("schedule", "create", "bad", "-t", "hello", "-q", "q", "-w", "w", "--cron", "61 * * * *",
                       *opts)
         assert bad.returncode == 1 and "minute" in bad.stderr
