@@ -8,21 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 __all__ = [
-    "ActivityError",
-    "ApplicationError",
-    "CancelledError",
-    "ChildWorkflowError",
-    "FailureError",
-    "NondeterminismError",
-    "OstinatoError",
-    "QueryRejectedError",
-    "RPCError",
-    "RestrictedWorkflowAccessError",
-    "ScheduleAlreadyRunningError",
-    "ServerError",
-    "TerminatedError",
-    "TimeoutError",
-    "WorkflowAlreadyStartedError",
+    "ActivityError", "ApplicationError", "CancelledError", "ChildWorkflowError", "FailureError",
+    "NondeterminismError", "OstinatoError", "QueryRejectedError", "RPCError", "RestrictedWorkflowAccessError",
+    "ScheduleAlreadyRunningError", "ServerError", "TerminatedError", "TimeoutError", "WorkflowAlreadyStartedError",
     "WorkflowFailureError",
     "is_cancelled_exception",
 ]
