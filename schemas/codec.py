@@ -28,8 +28,8 @@ MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 # Load order matters: a file may refer to named types defined in the files before it.
 SCHEMA_FILES = (
-    "common.avsc", "commands.avsc", "history.avsc", "tasks.avsc", "visibility.avsc", "replies.avsc", "state.avsc",
-    "cluster.avsc",
+    "common.avsc", "schedules.avsc", "commands.avsc", "history.avsc", "tasks.avsc", "visibility.avsc", "replies.avsc",
+    "state.avsc", "cluster.avsc",
 )
 
 _EMPTY64 = 0xC15D213AA4D7A795

@@ -31,6 +31,7 @@ from ostinato.sdk.common import RetryPolicy
 from ostinato.sdk.data import DataConverter
 from ostinato.sdk.search_attributes import TypedSearchAttributes
 from ostinato.sdk.search_attributes import decode as decode_search_attributes
+from ostinato.streams.schedules import is_schedule_parent
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -574,7 +575,8 @@ class WorkflowInstance:
         run_timeout, exec_timeout = attrs["run_timeout_ms"], attrs["execution_timeout_ms"]
         self.info = WorkflowInfo(
             self.namespace, self.workflow_id, self.run_id, attrs["workflow_type"], attrs["task_queue"],
-            attrs["attempt"], attrs["first_execution_run_id"], attrs["continued_execution_run_id"], attrs["parent"],
+            attrs["attempt"], attrs["first_execution_run_id"], attrs["continued_execution_run_id"],
+            None if is_schedule_parent(attrs["parent"]) else attrs["parent"],
             datetime.fromtimestamp(event["event_time_ms"] / 1000, UTC),
             None if run_timeout is None else timedelta(milliseconds=run_timeout),
             None if exec_timeout is None else timedelta(milliseconds=exec_timeout),

@@ -5,6 +5,7 @@ in-memory engine of `WorkflowEnvironment` (`testing.EngineService`) implement bo
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from datetime import timedelta
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
 from ostinato.sdk.activity_executor import ActivityExecutor
+from ostinato.streams.schedules import SCHEDULES_QUERY
 
 __all__ = ["CLOSING_EVENTS", "Body", "ClientTransport", "ServedWorker", "WorkerTransport"]
 
@@ -68,6 +70,25 @@ class ClientTransport(ABC):
             RPCError: by default: the transport has no visibility store.
         """
         raise exc.RPCError(f"{type(self).__name__} has no visibility store (count needs a server)")
+
+    async def now_ms(self) -> int:
+        """The engine's time (epoch ms): a server's clock is the caller's; a time-skipping engine's is virtual."""
+        return time.time_ns() // 1_000_000
+
+    async def list_schedule_workflows(self, namespace: str, query: str) -> list[str]:
+        """The workflow ids of the namespace's schedules (`streams.schedules`), from the visibility store;
+        `query` narrows them further.
+
+        Raises:
+            RPCError: the transport has no visibility store.
+        """
+        full = SCHEDULES_QUERY + (f" AND ({query})" if query else "")
+        found, token = [], ""
+        while True:
+            rows, token = await self.list_page(namespace, full, 1000, token)
+            found += [row["workflow_id"] for row in rows]
+            if not token:
+                return found
 
     async def poll_update(self, namespace: str, workflow_id: str, run_id: str, update_id: str, wait_stage: str,
                           wait: timedelta) -> Record | None:

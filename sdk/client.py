@@ -16,16 +16,21 @@ from ostinato.schemas.payloads import Payload
 from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
 from ostinato.sdk import exceptions as exc
+from ostinato.sdk import schedules
 from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.batch import BatchAction, BatchOperationHandle, start_batch_operation
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.exceptions import ScheduleAlreadyRunningError
 from ostinato.sdk.interceptor import header_records
 from ostinato.sdk.replayer import WorkflowHistory
 from ostinato.sdk.reset import ResetType, reset_body, reset_run
+from ostinato.sdk.schedules import *  # noqa: F403 (temporalio has the schedule classes in its client module)
+from ostinato.sdk.schedules import Schedule, ScheduleAsyncIterator, ScheduleBackfill, ScheduleHandle
 from ostinato.sdk.search_attributes import SearchAttributeKey, TypedSearchAttributes, from_json_values, to_payloads
 from ostinato.sdk.search_attributes import decode as decode_search_attributes
+from ostinato.streams.schedules import is_schedule_parent
 
 __all__ = [
     "AsyncActivityCancelledError",
@@ -65,6 +70,7 @@ __all__ = [
     "WorkflowUpdateRPCTimeoutOrCancelledError",
     "WorkflowUpdateStage",
 ]
+__all__ += [*schedules.__all__, "ScheduleAlreadyRunningError"]
 
 Record = dict[str, Any]
 WorkflowFailureError = exc.WorkflowFailureError  # where Temporal's code imports it from (temporalio.client)
@@ -186,11 +192,13 @@ class WorkflowExecutionDescription:
 
     @property
     def parent_id(self) -> str | None:
-        return (self.raw.get("parent") or {}).get("workflow_id")
+        parent = self.raw.get("parent")
+        return None if parent is None or is_schedule_parent(parent) else parent.get("workflow_id")
 
     @property
     def parent_run_id(self) -> str | None:
-        return (self.raw.get("parent") or {}).get("run_id")
+        parent = self.raw.get("parent")
+        return None if parent is None or is_schedule_parent(parent) else parent.get("run_id")
 
     @property
     def search_attributes(self) -> dict[str, list[Any]]:
@@ -755,6 +763,20 @@ class Client:
 
     async def count_workflows(self, query: str = "") -> int:
         return await self._impl.count_workflows(CountWorkflowsInput(query))
+
+    async def create_schedule(self, id: str, schedule: Schedule, *, trigger_immediately: bool = False,
+                              backfill: Sequence[ScheduleBackfill] = ()) -> ScheduleHandle:
+        """Create schedule `id` (engine state on the shard its id hashes to); ScheduleAlreadyRunningError if it
+        exists. `trigger_immediately` takes one action now; `backfill` takes those of past ranges now."""
+        return await schedules.create_schedule(self, id, schedule, trigger_immediately=trigger_immediately,
+                                               backfill=backfill)
+
+    def get_schedule_handle(self, id: str) -> ScheduleHandle:
+        return ScheduleHandle(self, id)
+
+    async def list_schedules(self, query: str | None = None) -> ScheduleAsyncIterator:
+        """The namespace's schedules (`async for s in await client.list_schedules()`), from visibility."""
+        return ScheduleAsyncIterator(self, query)
 
 
 class WorkflowHandle:

@@ -10,7 +10,8 @@ from typing import Any
 __all__ = [
     "ActivityError", "ApplicationError", "CancelledError", "ChildWorkflowError", "FailureError",
     "NondeterminismError", "OstinatoError", "QueryRejectedError", "RPCError", "RestrictedWorkflowAccessError",
-    "ServerError", "TerminatedError", "TimeoutError", "WorkflowAlreadyStartedError", "WorkflowFailureError",
+    "ScheduleAlreadyRunningError", "ServerError", "TerminatedError", "TimeoutError", "WorkflowAlreadyStartedError",
+    "WorkflowFailureError",
     "is_cancelled_exception",
 ]
 
@@ -153,3 +154,10 @@ def is_cancelled_exception(exception: BaseException) -> bool:
     caused by a cancellation (Temporal's helper, so a workflow can tell a cancellation from a failure)."""
     return isinstance(exception, asyncio.CancelledError | CancelledError) or (
         isinstance(exception, ActivityError | ChildWorkflowError) and isinstance(exception.cause, CancelledError))
+
+
+class ScheduleAlreadyRunningError(OstinatoError):
+    """A schedule with this id already exists (temporalio's name)."""
+
+    def __init__(self, message: str = "schedule already running") -> None:
+        super().__init__(message)

@@ -103,6 +103,17 @@ class EngineService(ClientTransport):
             await asyncio.sleep(IDLE_S)
         raise exc.RPCError(f"query {query_type!r} of {workflow_id} got no answer in {timeout}: is a worker running?")
 
+    async def now_ms(self) -> int:
+        return self.engine.clock.now_ms
+
+    async def list_schedule_workflows(self, namespace: str, query: str) -> list[str]:
+        """Open schedule runs of the namespace, read from the engine's shards (it has no visibility store)."""
+        if query:
+            raise exc.RPCError("the time-skipping environment lists schedules without a query (no visibility store)")
+        return sorted(wf.workflow_id for shard in self.engine.shards for (ns, _), wf in shard.workflows.items()
+                      if ns == namespace and (run := wf.current_run()) is not None and run.open
+                      and run.schedule is not None)
+
     async def describe(self, namespace: str, workflow_id: str, run_id: str) -> Record | None:
         return self.engine.describe(namespace, workflow_id, run_id)
 

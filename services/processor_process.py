@@ -36,6 +36,7 @@ from ostinato.services.admin.ownership import OwnershipTable
 from ostinato.services.frontend.api import install_owner_reads
 from ostinato.services.frontend.namespaces_api import config_for as namespace_config
 from ostinato.services.frontend.reads import ReadContext, add_routes
+from ostinato.services.frontend.schedules_api import install_owner_reads as install_schedule_reads
 from ostinato.services.history.processes import MemberSpec
 from ostinato.services.history.processor import Processor, ProcessorOptions
 from ostinato.services.history.waiters import HistoryWaiters
@@ -85,6 +86,7 @@ def serve(spec: MemberSpec) -> int:
     app = web.Application()
     add_routes(app, ReadContext(settings.shards, proc, ownership, {proc.owner_id}, waiters))
     install_owner_reads(app)
+    install_schedule_reads(app)
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -142,6 +142,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
     from ostinato.services.frontend.namespaces_api import Namespaces
     from ostinato.services.frontend.namespaces_api import config_for as namespace_config
     from ostinato.services.frontend.namespaces_api import install as install_namespaces
+    from ostinato.services.frontend.schedules_api import install as install_schedules
     from ostinato.services.frontend.ui import install as install_ui
     from ostinato.services.frontend.visibility_api import install as install_visibility
     from ostinato.services.history.processes import ProcessorProcesses
@@ -237,6 +238,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         gateway.install(app)  # POST /api/v1/commands; started and stopped with the app
         install_api(app, gateway)  # the JSON workflow API, over the same gateway
         install_batch_api(app)  # batch operations: commands for the job's run, over the same gateway
+        install_schedules(app)  # the JSON schedules API, over it too
         default_retention = procs.options.config.retention_ms if procs is not None else Config().retention_ms
         install_namespaces(app, Namespaces(ownership, gateway, ctx.settings.topic_prefix, default_retention))
         install_visibility(app, ctx.bootstrap, ctx.settings.topic_prefix,

@@ -10,6 +10,7 @@ from ostinato.schemas import wire
 from ostinato.streams.actions import Deadline
 from ostinato.streams.config import Config
 from ostinato.streams.model import RunState
+from ostinato.streams.schedules.timing import next_fire_ms
 
 # Timeouts that a command already on its way could pre-empt (a completion, a heartbeat, a start): the shell fires
 # these only once it has read everything written to the shard's commands before they fell due, so a completion
@@ -40,6 +41,9 @@ def deadlines(run: RunState, config: Config) -> set[Deadline]:
     rid = run.run_id
     if not run.open:
         return {Deadline(after(run.close_time_ms or 0, config.retention_ms), "RETENTION", rid)}
+    if run.schedule is not None:  # a schedule's run has no tasks: only its next action time
+        fire_at = next_fire_ms(run.schedule)
+        return set() if fire_at is None else {Deadline(fire_at, "SCHEDULE_ACTION", rid)}
     out = {Deadline(t.fire_at_ms, "USER_TIMER", rid, timer_id=t.timer_id) for t in run.timers.values()}
     task = run.workflow_task
     if in_first_task_backoff(run):

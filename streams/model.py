@@ -161,6 +161,8 @@ class RunState:
     keeps_chain_inputs: bool = False
     # The run a reset of this run created: set by the reset's decider, kept out of history as Temporal keeps it.
     reset_run_id: str = field(default="", metadata=EPHEMERAL)
+    # Set on a schedule's own run only: an `ostinato.schedule.ScheduleInfo` record (streams/schedules).
+    schedule: Record | None = None
 
     @property
     def open(self) -> bool:

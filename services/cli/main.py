@@ -31,6 +31,7 @@ from ostinato.services.cli.ingress import app as ingress_app
 from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 from ostinato.services.cli.operator import app as operator_app
 from ostinato.services.cli.replay import replay as replay_command
+from ostinato.services.cli.schedule import app as schedule_app
 from ostinato.services.cli.visibility import app as visibility_app
 from ostinato.services.cli.workflow import app as workflow_app
 from ostinato.services.cli.workflow import namespace_app, task_queue_app
@@ -53,6 +54,7 @@ app.add_typer(dev_app, name="dev")
 app.add_typer(infra_app, name="infra")
 app.add_typer(check_app, name="check")
 app.add_typer(workflow_app, name="workflow")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(task_queue_app, name="task-queue")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(operator_app, name="operator")

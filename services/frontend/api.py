@@ -567,3 +567,11 @@ def install_owner_reads(app: web.Application) -> None:
     (`services/processor_process.py`), which has no gateway."""
     app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/result", result)
     app.router.add_get("/api/v1/namespaces/{namespace}/workflows/{workflow_id}/updates/{update_id}", update_outcome)
+
+
+# What sibling JSON APIs (schedules_api) build on: one error model, one command path, one payload rule.
+handler = _handler
+send_command = _send
+field = _field
+rejected = _rejected
+json_payload = _checked

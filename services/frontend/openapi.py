@@ -109,6 +109,59 @@ _LAG = {"200": {"description": "OK", "content": {JSON: {"schema": _obj({
 _TQ = {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}
 _RATE_LIMIT = {"200": {"description": "The limit in force", "content": {"application/json": {"schema": _obj({
     "task_queue": {"type": "string"}, "activities_per_second": {"type": ["number", "null"]}})}}}}
+_SID = {"name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_OVERLAP = {"type": "string", "enum": ["UNSPECIFIED", "SKIP", "BUFFER_ONE", "BUFFER_ALL", "CANCEL_OTHER",
+                                       "TERMINATE_OTHER", "ALLOW_ALL"]}
+_RANGE = _obj({"start": _INT, "end": _INT, "step": _INT}, ["start"])
+_CALENDAR = _obj({name: {"type": "array", "items": _RANGE} for name in (
+    "second", "minute", "hour", "day_of_month", "month", "year", "day_of_week")} | {"comment": {"type": "string"}})
+_BACKFILL = _obj({"start_at_ms": _INT, "end_at_ms": _INT, "overlap": _OVERLAP}, ["start_at_ms", "end_at_ms"])
+_SCHEDULE = _obj({
+    "spec": _obj({"calendars": {"type": "array", "items": _CALENDAR}, "skip": {"type": "array", "items": _CALENDAR},
+                  "intervals": {"type": "array", "items": _obj({"every_ms": _INT, "offset_ms": _INT}, ["every_ms"])},
+                  "cron_expressions": {"type": "array", "items": {"type": "string"}},
+                  "start_at_ms": {**_INT, "nullable": True}, "end_at_ms": {**_INT, "nullable": True},
+                  "jitter_ms": _INT, "time_zone_name": {"type": "string"}}),
+    "action": _obj({"workflow_id": {"type": "string"}, "workflow_type": {"type": "string"},
+                    "task_queue": {"type": "string"}, "input": _ANY_LIST, "memo": _MAP,
+                    "execution_timeout_ms": _INT, "run_timeout_ms": _INT, "task_timeout_ms": _INT},
+                   ["workflow_id", "workflow_type", "task_queue"]),
+    "policy": _obj({"overlap": _OVERLAP, "catchup_window_ms": _INT, "pause_on_failure": {"type": "boolean"}}),
+    "state": _obj({"note": {"type": "string"}, "paused": {"type": "boolean"}, "limited_actions": {"type": "boolean"},
+                   "remaining_actions": _INT})}, ["action"])
+
+
+def _schedule_paths() -> dict[str, Any]:
+    """Schedules (issue 21): Temporal's operations on engine-kept schedules."""
+    base = "/api/v1/namespaces/{namespace}/schedules"
+
+    def op(summary: str, params: list[Any], body: dict[str, Any] | None, *codes: int) -> dict[str, Any]:
+        found: dict[str, Any] = {"summary": summary, "parameters": params, "responses": {**_OK, **_errors(*codes)}}
+        if body is not None:
+            found["requestBody"] = _json_body(body, required=bool(body.get("required")))
+        return found
+
+    note = _obj({"note": {"type": "string"}})
+    return {
+        base: {"post": op("Create a schedule (409 if it exists)", [_NS], {
+            **_SCHEDULE, "properties": {**_SCHEDULE["properties"], "schedule_id": {"type": "string"},
+                                        "trigger_immediately": {"type": "boolean"},
+                                        "backfill": {"type": "array", "items": _BACKFILL}},
+            "required": ["schedule_id", "action"]}, 400, 404, 409, 413, 504),
+               "get": op("The namespace's schedules (from visibility)", [_NS], None, 400, 404)},
+        base + "/{schedule_id}": {
+            "get": op("A schedule: its definition, counts, running, recent (10) and upcoming (10) actions",
+                      [_NS, _SID], None, 404, 503),
+            "put": op("Replace a schedule's definition (its progress stays)", [_NS, _SID], _SCHEDULE,
+                      400, 404, 413, 504),
+            "delete": op("Delete a schedule (the runs it started go on)", [_NS, _SID], None, 400, 404, 504)},
+        base + "/{schedule_id}/pause": {"post": op("Pause, with a note", [_NS, _SID], note, 400, 404, 504)},
+        base + "/{schedule_id}/unpause": {"post": op("Unpause, with a note", [_NS, _SID], note, 400, 404, 504)},
+        base + "/{schedule_id}/trigger": {"post": op("Take an action now", [_NS, _SID], _obj({"overlap": _OVERLAP}),
+                                                     400, 404, 504)},
+        base + "/{schedule_id}/backfill": {"post": op("Take the actions of past ranges now", [_NS, _SID], _obj({
+            "backfill": {"type": "array", "items": _BACKFILL}}, ["backfill"]), 400, 404, 504)},
+    }
 
 
 def spec() -> dict[str, Any]:
@@ -283,6 +336,7 @@ def spec() -> dict[str, Any]:
                         "set_by": {"type": "string"}}, ["activities_per_second"])),
                     "responses": {**_RATE_LIMIT, **_errors(400, 503)}}},
     }
+    paths.update(_schedule_paths())
     paths.pop(base + "#list")
     paths[base]["get"] = get("List runs matching a query (WorkflowType = 'x' AND ExecutionStatus = 'Running' "
                              "ORDER BY StartTime DESC)", [

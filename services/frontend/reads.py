@@ -162,6 +162,12 @@ def _run_state(request: web.Request) -> tuple[ShardStore, str, bytes] | web.Resp
     return store, run_id, data
 
 
+def current_state(request: web.Request) -> tuple[ShardStore, str, bytes] | web.Response:
+    """The state of the run `request` names (its workflow id and `?run_id=`, else the current run), as the owner
+    stores it; or the redirect, 503 or 404 to answer. For other owner reads (the schedules API)."""
+    return _run_state(request)
+
+
 @owner_read
 async def describe(request: web.Request) -> web.Response:
     found = _run_state(request)

@@ -69,10 +69,11 @@ from ostinato.streams.appliers import (  # noqa: E402
     execution,
     external,
     properties,
+    schedules,
     timers,
     updates,
     workflow_task,
 )
 
 __all__ = ["APPLIERS", "CURRENT_VERSION", "ReplayError", "applier", "apply", "replay"]
-_MODULES = (activities, children, execution, external, properties, timers, updates, workflow_task)
+_MODULES = (activities, children, execution, external, properties, schedules, timers, updates, workflow_task)

@@ -29,6 +29,7 @@ def _deciders() -> dict[str, Decider]:
         updates,
         workflow_task,
     )
+    from ostinato.streams.schedules import deciders as schedules
 
     c = wire.COMMAND_PREFIX
     return {
@@ -56,6 +57,7 @@ def _deciders() -> dict[str, Decider]:
         c + "UpdateWorkflowExecution": updates.update,
         c + "UpdateWithStartWorkflowExecution": start.update_with_start,
         c + "ResetWorkflowExecution": reset.reset,
+        **schedules.COMMANDS,
     }
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from ostinato.streams import events as ev
 from ostinato.streams.deciders.common import task_run, wake
+from ostinato.streams.model import RunState
+from ostinato.streams.schedules import progress
 from ostinato.streams.writer import Step, Writer
 
 Record = dict[str, Any]
@@ -27,7 +29,16 @@ def _child(w: Writer, body: Record, want_started: bool | None) -> Any:
     return run, child
 
 
+def _schedule(w: Writer) -> RunState | None:
+    """The schedule whose action reports back (its runs name the schedule as their parent), if it is one."""
+    run = task_run(w)
+    return run if run is not None and run.open and run.schedule is not None else None
+
+
 def child_started(w: Writer, body: Record) -> Step:
+    if (schedule := _schedule(w)) is not None:
+        progress.action_started(w, schedule, body)
+        return w.step
     found = _child(w, body, want_started=False)
     if found is None:
         return w.reject("STALE_TASK", f"no child initiated at event {body['initiated_event_id']} waits to start")
@@ -40,6 +51,9 @@ def child_started(w: Writer, body: Record) -> Step:
 
 
 def child_start_failed(w: Writer, body: Record) -> Step:
+    if (schedule := _schedule(w)) is not None:
+        progress.action_start_failed(w, schedule, body)
+        return w.step
     found = _child(w, body, want_started=False)
     if found is None:
         return w.reject("STALE_TASK", f"no child initiated at event {body['initiated_event_id']} waits to start")
@@ -52,6 +66,9 @@ def child_start_failed(w: Writer, body: Record) -> Step:
 
 
 def child_closed(w: Writer, body: Record) -> Step:
+    if (schedule := _schedule(w)) is not None:
+        progress.action_closed(w, schedule, body)
+        return w.step
     found = _child(w, body, want_started=True)
     if found is None or body["status"] not in _CHILD_CLOSED:
         return w.reject("STALE_TASK", f"no running child initiated at event {body['initiated_event_id']}")

@@ -81,6 +81,12 @@ def _retention(w: Writer, run: RunState, due: Deadline) -> None:
     delete_run(w, run.run_id)
 
 
+def _schedule_action(w: Writer, run: RunState, due: Deadline) -> None:
+    from ostinato.streams.schedules.deciders import fire as fire_schedule
+
+    fire_schedule(w, run)
+
+
 def delete_run(w: Writer, run_id: str) -> None:
     w.edit(run_id)
     wf = w.workflow
@@ -103,4 +109,5 @@ _FIRE = {
     "WORKFLOW_EXECUTION_TIMEOUT": _run_timeout,
     "WORKFLOW_BACKOFF": _first_task,
     "RETENTION": _retention,
+    "SCHEDULE_ACTION": _schedule_action,
 }

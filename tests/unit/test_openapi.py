@@ -12,6 +12,7 @@ from ostinato.services.frontend.namespaces_api import Namespaces
 from ostinato.services.frontend.namespaces_api import install as install_namespaces
 from ostinato.services.frontend.openapi import spec
 from ostinato.services.frontend.rate_limits_api import install as install_rate_limits
+from ostinato.services.frontend.schedules_api import install as install_schedules
 from ostinato.services.frontend.visibility_api import install as install_visibility
 from ostinato.services.server import ServerContext, create_app
 
@@ -24,6 +25,7 @@ def _routes(tmp_path: Path) -> set[tuple[str, str]]:
     gateway.install(app)
     install_api(app, gateway)
     install_batch_api(app)
+    install_schedules(app)
     install_visibility(app, "127.0.0.1:1", "p", tmp_path / "v.sqlite")  # not started: routes only
     install_namespaces(app, Namespaces(None, gateway, "p", 1))  # type: ignore[arg-type]
     install_rate_limits(app, None, gateway, "p")  # type: ignore[arg-type]

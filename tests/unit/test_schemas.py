@@ -101,11 +101,13 @@ def test_the_catalogue_is_complete() -> None:
     }
     assert expected <= set(TYPES)
     body = next(f for f in _canonical_json("ostinato.command.Command")["fields"] if f["name"] == "body")["type"]
-    assert len(body) == 24  # the wire-contract issue's commands; + redrive (16); + updates (18), reset (21)
+    # the wire-contract issue's commands; + redrive (16); + update, update-with-start (18); + reset, 4 schedules (21)
+    assert len(body) == 28
     event_types = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][2]["type"]
     attributes = json.loads(REGISTRY.schema("ostinato.history.HistoryEvent").canonical)["fields"][4]["type"]
-    # + RECORD_PUBLISHED (issue 22); + UPDATE_ACCEPTED, UPDATE_COMPLETED (18)
-    assert len(event_types["symbols"]) - 1 == len(attributes) == 44
+    # + RECORD_PUBLISHED (issue 22); + UPDATE_ACCEPTED, UPDATE_COMPLETED (18); + SCHEDULE_CREATED, _UPDATED,
+    # _PROGRESSED (21)
+    assert len(event_types["symbols"]) - 1 == len(attributes) == 47
 
 
 def test_task_records_name_the_task_explicitly() -> None:

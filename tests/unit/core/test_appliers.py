@@ -65,7 +65,29 @@ def _external(kind: str) -> dict[int, ExternalRequestState]:
 EXECUTION = {"workflow_id": "c", "run_id": "cr"}
 
 # (id, state changes before, event type, attributes, check of the run after)
+_SCHEDULE_STATE = {"note": "", "paused": False, "limited_actions": False, "remaining_actions": 0}
+_SCHEDULE = {"spec": {"calendars": [], "intervals": [{"every_ms": 60_000, "offset_ms": 0}], "cron_expressions": [],
+                      "skip": [], "start_at_ms": None, "end_at_ms": None, "jitter_ms": 0, "time_zone_name": ""},
+             "action": {"workflow_id": "a", "workflow_type": "A", "task_queue": "q", "input": [],
+                        "execution_timeout_ms": None, "run_timeout_ms": None, "task_timeout_ms": 10_000,
+                        "retry_policy": None, "memo": {}, "search_attributes": {}, "header": {}},
+             "policy": {"overlap": "SKIP", "catchup_window_ms": 1000, "pause_on_failure": False},
+             "state": _SCHEDULE_STATE}
+_PROGRESS = {"last_processed_ms": 100, "num_actions": 0, "num_actions_missed_catchup_window": 0,
+             "num_actions_skipped_overlap": 0, "recent_actions": [], "running": [], "buffered": []}
+_SCHEDULE_INFO = {"schedule_id": "s", "definition": _SCHEDULE, "progress": _PROGRESS, "created_time_ms": 100,
+                  "updated_time_ms": None}
+
 CASES: list[tuple[str, Record, str, Record, Callable[[RunState, Workflow], bool]]] = [
+    ("schedule created", {}, ev.SCHEDULE_CREATED, {"schedule_id": "s", "schedule": _SCHEDULE},
+     lambda r, w: r.schedule is not None and r.schedule["progress"]["last_processed_ms"] == 200),
+    ("schedule paused", {"schedule": _SCHEDULE_INFO}, ev.SCHEDULE_UPDATED,
+     {"schedule": None, "state": {**_SCHEDULE_STATE, "paused": True, "note": "n"}},
+     lambda r, w: r.schedule is not None and r.schedule["definition"]["state"]["paused"]
+     and r.schedule["updated_time_ms"] == 200 and r.schedule["progress"]["last_processed_ms"] == 200),
+    ("schedule progressed", {"schedule": _SCHEDULE_INFO}, ev.SCHEDULE_PROGRESSED,
+     {"state": _SCHEDULE_STATE, "progress": {**_PROGRESS, "num_actions": 1}},
+     lambda r, w: r.schedule is not None and r.schedule["progress"]["num_actions"] == 1),
     ("signaled", {}, ev.WORKFLOW_EXECUTION_SIGNALED, {"signal_name": "s", "request_id": "sig-1"},
      lambda r, w: r.signal_count == 1 and r.recent_request_ids[-1] == "sig-1"),
     ("signaled while a task runs", {"workflow_task": _task(True)}, ev.WORKFLOW_EXECUTION_SIGNALED,

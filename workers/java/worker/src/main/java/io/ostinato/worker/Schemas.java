@@ -19,7 +19,7 @@ import org.apache.avro.Schema;
  */
 public final class Schemas {
     /** Load order matters: a file refers to named types defined in the files before it (as schemas/codec.py). */
-    static final List<String> FILES = List.of("common.avsc", "commands.avsc", "history.avsc", "tasks.avsc",
+    static final List<String> FILES = List.of("common.avsc", "schedules.avsc", "commands.avsc", "history.avsc", "tasks.avsc",
             "visibility.avsc", "replies.avsc", "state.avsc", "cluster.avsc");
     private static final String ROOT = "/io/ostinato/avro/";
     private static final Schemas INSTANCE = load();
