@@ -28,6 +28,7 @@ CLUSTER_SETTINGS = "ostinato.cluster.ClusterSettings"  # <prefix>.cluster, key `
 SHARD_OWNER = "ostinato.cluster.ShardOwner"  # <prefix>.cluster, keys `shard/<n>`
 NAMESPACE = "ostinato.cluster.Namespace"  # <prefix>.cluster, keys `namespace/<name>`
 SEARCH_ATTRIBUTE = "ostinato.cluster.SearchAttribute"  # <prefix>.cluster, keys `search_attribute/<namespace>/<name>`
+TASK_QUEUE_VERSIONING = "ostinato.cluster.TaskQueueVersioning"  # <prefix>.cluster, keys `deployment/<ns>/<queue>`
 
 # -- branches of Reply.body ---------------------------------------------------------------------------------------
 ACCEPTED = REPLY_PREFIX + "Accepted"

@@ -15,11 +15,13 @@ from typing import Any
 from ostinato.schemas.payloads import Payload
 from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
+from ostinato.sdk import deployments
 from ostinato.sdk import exceptions as exc
 from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.deployments import TaskQueueVersioningInfo
 from ostinato.sdk.interceptor import header_records
 from ostinato.sdk.replayer import WorkflowHistory
 from ostinato.sdk.search_attributes import SearchAttributeKey, TypedSearchAttributes, from_json_values, to_payloads
@@ -161,6 +163,11 @@ class WorkflowExecutionDescription:
     @property
     def id(self) -> str:
         return self.workflow_id
+
+    @property
+    def versioning_info(self) -> deployments.WorkflowVersioningInfo:
+        """The run's versioning behaviour, the build that completed its last task and a pinned run's build."""
+        return deployments.WorkflowVersioningInfo.from_state(self.raw)
 
     @property
     def start_time(self) -> datetime | None:
@@ -738,6 +745,22 @@ class Client:
 
     async def count_workflows(self, query: str = "") -> int:
         return await self._impl.count_workflows(CountWorkflowsInput(query))
+
+    # -- worker versioning (the code is in sdk/deployments.py) ------------------------------------------------------
+
+    async def set_current_deployment_version(self, task_queue: str, build_id: str) -> TaskQueueVersioningInfo:
+        """Make `build_id` the current build of `task_queue` (Temporal's SetWorkerDeploymentCurrentVersion, per
+        queue): new and auto-upgrade workflow tasks go to its workers from now on; pinned runs stay where they are."""
+        return await deployments.set_current_build(self, task_queue, build_id)
+
+    async def set_ramping_deployment_version(self, task_queue: str, build_id: str,
+                                             percentage: float) -> TaskQueueVersioningInfo:
+        """Send `percentage` percent of the queue's workflow ids to `build_id` ("" or 0 ends the ramp)."""
+        return await deployments.set_ramping_build(self, task_queue, build_id, percentage)
+
+    async def describe_task_queue_versioning(self, task_queue: str) -> TaskQueueVersioningInfo:
+        """The queue's current and ramping build."""
+        return await deployments.describe(self, task_queue)
 
 
 class WorkflowHandle:

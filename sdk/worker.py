@@ -16,6 +16,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from ostinato.schemas.topics import task_queue_problem
 from ostinato.sdk._local_activities import LocalActivityRunner
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
 from ostinato.sdk.activity_executor import ActivityExecutor
@@ -24,9 +25,12 @@ from ostinato.sdk.interceptor import *  # noqa: F403 - Temporal exports the inte
 from ostinato.sdk.interceptor import Interceptor
 from ostinato.sdk.interceptor import __all__ as _interceptor_names
 from ostinato.sdk.replayer import Replayer, WorkflowHistory, WorkflowReplayResult, WorkflowReplayResults
+from ostinato.sdk.versioning import WorkerDeploymentConfig, resolve
 from ostinato.sdk.workflow_sandbox import UnsandboxedWorkflowRunner, WorkflowRunner
+from ostinato.streams.versioning import versioned_queue
 
-__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkflowHistory", "WorkflowReplayResult",
+__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkerDeploymentConfig", "WorkflowHistory",
+           "WorkflowReplayResult",
            "WorkflowReplayResults", "WorkflowRunner", *_interceptor_names]
 log = logging.getLogger("ostinato.worker")
 
@@ -58,6 +62,11 @@ class Worker:
             never hands out credentials: each worker brings its own (docs/security.md).
         interceptors: worker interceptors (`ostinato.worker.Interceptor`), after those of the client that are worker
             interceptors too, as in Temporal; the first is outermost.
+        build_id: this worker's build, recorded on every workflow task it completes (Temporal's name).
+        use_worker_versioning: read only this build's tasks (worker versioning): the queue's pinned runs of this
+            build, and its new and auto-upgrade work while this build is current (or ramping). Needs `build_id`.
+        deployment_config: Temporal's newer spelling of the two above, with a default versioning behaviour for
+            workflow types that declare none (`ostinato.worker.WorkerDeploymentConfig`).
     """
 
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
@@ -66,9 +75,15 @@ class Worker:
                  kafka_config: Mapping[str, str] | None = None, activity_executor: Executor | None = None,
                  max_concurrent_workflow_tasks: int = 100, max_concurrent_local_activities: int = 100,
                  graceful_shutdown_timeout: timedelta = timedelta(), workflow_runner: WorkflowRunner | None = None,
-                 interceptors: Sequence[Interceptor] = ()) -> None:
+                 interceptors: Sequence[Interceptor] = (), build_id: str = "", use_worker_versioning: bool = False,
+                 deployment_config: WorkerDeploymentConfig | None = None) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
+        self.versioning = resolve(build_id, use_worker_versioning, deployment_config)
+        self.routed_build = self.versioning.routed_build
+        self.routed_queue = versioned_queue(task_queue, self.routed_build)  # the queue whose topics it reads
+        if self.routed_build and (problem := task_queue_problem(self.routed_queue)) is not None:
+            raise ValueError(f"build {self.routed_build!r} of queue {task_queue!r}: {problem}")
         if isinstance(activity_executor, ProcessPoolExecutor):
             raise TypeError("activity_executor: Ostinato runs plain-function activities in threads; pass a "
                             "ThreadPoolExecutor (or none)")
@@ -91,7 +106,7 @@ class Worker:
         self.workflow_handler = WorkflowTaskHandler(
             workflows, client.data_converter, max_cached=max_cached_workflows, identity=self.identity,
             local_activities=local_activities, max_concurrent=max_concurrent_workflow_tasks,
-            interceptors=self.interceptors) if workflows else None
+            interceptors=self.interceptors, versioning=self.versioning) if workflows else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running = False

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ostinato.streams.versioning import QueueVersioning
+
 DAY_MS = 24 * 3600 * 1000
 
 
@@ -35,3 +37,6 @@ class Config:
     # The namespace's registered custom search attributes, name -> type (`search_attributes.TYPES`): a cluster always
     # passes one and refuses anything else; None checks nothing (the core alone, the default test environment).
     search_attributes: Mapping[str, str] | None = None
+    # Worker versioning: each task queue's current (and ramping) build, as set through the deployments API; read at
+    # dispatch (streams/versioning.py). None or a queue absent: its tasks go to its unversioned topics.
+    deployments: Mapping[str, QueueVersioning] | None = None

@@ -159,6 +159,11 @@ class RunState:
     # Set by version 2 of the started applier only: a run started before kept no input, so it is never retried
     # (its retry policy was accepted and ignored then) rather than retried with empty input.
     keeps_chain_inputs: bool = False
+    # Worker versioning (streams/versioning.py), set by version 2 of the WORKFLOW_TASK_COMPLETED applier: the behaviour
+    # the last completing worker declared, the build a pinned run stays on, and the build that completed the last task.
+    versioning_behavior: str = ""
+    pinned_build: str = ""
+    build_id: str = ""
 
     @property
     def open(self) -> bool:

@@ -1,5 +1,6 @@
 """Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`), which namespaces
-are registered (keys `namespace/<name>`) and their custom search attributes (keys `search_attribute/<ns>/<name>`).
+are registered (keys `namespace/<name>`), their custom search attributes (keys `search_attribute/<ns>/<name>`) and
+each task queue's current and ramping build (keys `deployment/<ns>/<queue>`, worker versioning).
 
 Owners write their ShardOwner record inside a processing transaction, so a fenced zombie's claim is never
 visible; the latest committed record per shard is the current owner.
@@ -15,6 +16,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from ostinato.kafka.clients import reader
 from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import Topic, topic_name
+from ostinato.streams.versioning import QueueVersioning
 
 log = logging.getLogger("ostinato.ownership")
 DEFAULT_NAMESPACE = "default"
@@ -31,6 +33,7 @@ class OwnershipTable:
         self._owners: dict[int, dict[str, object]] = {}
         self._namespaces: dict[str, dict[str, object]] = {}
         self._search_attributes: dict[str, dict[str, str]] = {}  # namespace -> name -> type
+        self._deployments: dict[str, dict[str, QueueVersioning]] = {}  # namespace -> task queue -> versioning
         self.caught_up = threading.Event()  # the topic was read to its end once
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -67,6 +70,11 @@ class OwnershipTable:
         with self._lock:
             return dict(self._search_attributes.get(namespace, {}))
 
+    def deployments(self, namespace: str) -> dict[str, QueueVersioning]:
+        """Each task queue's current and ramping build in a namespace (worker versioning), as last set."""
+        with self._lock:
+            return dict(self._deployments.get(namespace, {}))
+
     def _run(self) -> None:
         while not self._stop.is_set():
             msg = self._consumer.poll(0.5)
@@ -80,7 +88,7 @@ class OwnershipTable:
                     self.caught_up.set()
                 continue
             key = (msg.key() or b"").decode(errors="replace")
-            if not key.startswith(("shard/", "namespace/", "search_attribute/")) or msg.value() is None:
+            if not key.startswith(("shard/", "namespace/", "search_attribute/", "deployment/")) or msg.value() is None:
                 continue
             try:
                 name, record = codec.decode(msg.value() or b"")
@@ -97,3 +105,15 @@ class OwnershipTable:
                 with self._lock:  # the first registration of a name wins, as for namespaces
                     self._search_attributes.setdefault(str(record["namespace"]), {}).setdefault(
                         str(record["name"]), str(record["type"]))
+            elif name == wire.TASK_QUEUE_VERSIONING:
+                self._deployment(record)
+
+    def _deployment(self, record: dict[str, object]) -> None:
+        """The highest revision of a queue's versioning wins (two frontends racing both read back the winner)."""
+        found = QueueVersioning(str(record["current_build"]), str(record["ramping_build"]),
+                                float(record["ramping_percentage"]), int(record["revision"]))  # type: ignore[call-overload]
+        with self._lock:
+            queues = self._deployments.setdefault(str(record["namespace"]), {})
+            known = queues.get(str(record["task_queue"]))
+            if known is None or known.revision <= found.revision:
+                queues[str(record["task_queue"])] = found

@@ -48,20 +48,23 @@ NAMESPACES = web.AppKey("namespaces", Namespaces)
 
 
 def config_for(table: OwnershipTable, base: Config) -> Any:
-    """The processor's per-namespace settings: the base config with the namespace's retention and its registered
-    search attributes (so the core refuses unregistered ones and wrong types)."""
+    """The processor's per-namespace settings: the base config with the namespace's retention, its registered
+    search attributes (so the core refuses unregistered ones and wrong types) and its task queues' current builds
+    (worker versioning: the core routes each task by them at dispatch)."""
     from dataclasses import replace
 
-    cache: dict[tuple[str, int, frozenset[tuple[str, str]]], Config] = {}
+    cache: dict[tuple[str, int, frozenset[tuple[str, str]], frozenset[tuple[str, Any]]], Config] = {}
 
     def lookup(namespace: str) -> Config:
         record = table.namespace(namespace)
         retention = base.retention_ms if record is None else int(record["retention_ms"])  # type: ignore[call-overload]
         registry = table.search_attributes(namespace)
-        key = (namespace, retention, frozenset(registry.items()))
+        deployments = table.deployments(namespace)  # worker versioning: where each queue's tasks go now
+        key = (namespace, retention, frozenset(registry.items()), frozenset(deployments.items()))
         found = cache.get(key)
         if found is None:
-            found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry)
+            found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry,
+                                         deployments=deployments or None)
         return found
 
     return lookup
@@ -139,6 +142,7 @@ def install(app: web.Application, spaces: Namespaces) -> None:
     app.router.add_post("/api/v1/namespaces", register)
     app.router.add_get("/api/v1/namespaces", list_namespaces)
     app.router.add_get("/api/v1/namespaces/{namespace}", describe)
-    from ostinato.services.frontend import search_attributes_api  # it builds on this module
+    from ostinato.services.frontend import deployments_api, search_attributes_api  # they build on this module
 
     search_attributes_api.install(app)
+    deployments_api.install(app)
