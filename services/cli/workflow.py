@@ -352,6 +352,10 @@ def describe(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
         f"{task.get('state', 'SCHEDULED')}, attempt {task['attempt']}, scheduled {_when(task['scheduled_time_ms'])}")
     if task is not None and task.get("last_failure"):
         summary["last task failure"] = f"{task['last_failure_cause']}: {task['last_failure']['message']}"
+    if state.get("versioning_behavior") or state.get("build_id"):  # worker versioning
+        pinned = f", pinned to {state['pinned_build']}" if state.get("pinned_build") else ""
+        summary["versioning"] = (f"{state.get('versioning_behavior') or 'unversioned'}{pinned}, last task by build "
+                                 f"{state.get('build_id') or '(none)'}")
     summary["pending activities"] = len(state.get("activities", []))
     summary["timers"] = len(state.get("timers", []))
     summary["children"] = len(state.get("children", []))

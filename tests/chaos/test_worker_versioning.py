@@ -8,6 +8,7 @@ wrong. The short form (N=10) runs by default; the full form (N=50, `-m chaos_ful
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections import Counter
@@ -22,6 +23,7 @@ from ostinato.common import VersioningBehavior, WorkerDeploymentVersion
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.services.admin.checker import check_history
 from ostinato.worker import Worker, WorkerDeploymentConfig
+from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess
 
 QUEUE = "versioned-orders"
@@ -95,7 +97,7 @@ async def _first_step_done(handles: list[WorkflowHandle]) -> bool:
     return all(i["build_id"] and not i["activities"] and i["workflow_task"] is None for i in infos)
 
 
-async def _scenario(server: ServerProcess, n: int) -> dict[str, float]:
+async def _scenario(server: ServerProcess, n: int) -> tuple[dict[str, float], str]:
     RAN.clear()
     tag = uuid.uuid4().hex[:6]
     client = await Client.connect(server.url)
@@ -171,13 +173,23 @@ async def _scenario(server: ServerProcess, n: int) -> dict[str, float]:
     await worker_b.shutdown()
     await client.close()
     timings["total"] = time.monotonic() - started
-    return timings
+    return timings, pinned[0].id
 
 
 @pytest.mark.parametrize("n", [pytest.param(10, id="short"), pytest.param(50, id="full", marks=pytest.mark.chaos_full)])
 def test_pinned_runs_stay_on_their_build_while_new_work_moves(kafka: KafkaCluster, topic_prefix: str,
                                                               server: ServerProcess, n: int) -> None:
-    timings = asyncio.run(_scenario(server, n))
+    timings, pinned_id = asyncio.run(_scenario(server, n))
     report = check_history(kafka.bootstrap, topic_prefix)
     assert report.ok, report.summary()
+    # the command line: describe a queue's builds, ramp one, and see a run's versioning
+    found = run_cli("deployment", "describe", "--task-queue", QUEUE, "--server", server.url, "--output", "json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["current_build"] == "B"
+    ramp = run_cli("deployment", "set-ramping", "--task-queue", QUEUE, "--build-id", "C", "--percentage", "5",
+                   "--server", server.url, "--output", "json")
+    assert ramp.returncode == 0, ramp.stderr
+    assert json.loads(ramp.stdout)["ramping_build"] == "C"
+    shown = run_cli("workflow", "describe", pinned_id, "--server", server.url)
+    assert "PINNED, pinned to A, last task by build A" in " ".join(shown.stdout.split()), shown.stdout
     print(f"worker versioning, {n} pinned runs:", {k: round(v, 1) for k, v in timings.items()}, report.summary())
