@@ -39,7 +39,7 @@ def _print(found: dict[str, Any], output: str) -> None:
     table.add_row(found["task_queue"], found["current_build"] or "(unversioned)", found["ramping_build"] or "-",
                   f"{found['ramping_percentage']:g}", str(found["revision"]))
     console.print(table)
-    console.print(f"drain check: ostinato workflow count --query \"BuildIds = 'pinned:<build>' AND "
+    console.print("drain check: ostinato workflow count --query \"BuildIds = 'pinned:<build>' AND "
                   "ExecutionStatus = 'Running'\"")
 
 

@@ -26,9 +26,9 @@ from ostinato.schemas.topics import DEFAULT_PREFIX
 from ostinato.services.admin.cluster import ClusterError, cluster_status, init_cluster
 from ostinato.services.cli.acl import app as acl_app
 from ostinato.services.cli.check import app as check_app
+from ostinato.services.cli.deployment import app as deployment_app
 from ostinato.services.cli.ingress import app as ingress_app
 from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
-from ostinato.services.cli.deployment import app as deployment_app
 from ostinato.services.cli.operator import app as operator_app
 from ostinato.services.cli.replay import replay as replay_command
 from ostinato.services.cli.visibility import app as visibility_app
