@@ -121,7 +121,8 @@ def test_union_branches_keep_their_names_when_an_older_writer_is_resolved() -> N
     registry = SchemaRegistry()
     info = registry.add_writer_schema(old)
     completion = ("ostinato.command.RespondWorkflowTaskCompleted", {
-        "scheduled_event_id": 3, "attempt": 1, "force_create_new_task": False, "sdk_flags": [], "build_id": "b", "versioning_behavior": "",
+        "scheduled_event_id": 3, "attempt": 1, "force_create_new_task": False, "sdk_flags": [], "build_id": "b",
+        "versioning_behavior": "",
         "started_time_ms": 2, "rejected_updates": [], "commands": [
             ("ostinato.command.StartTimerCommand", {"timer_id": "t", "start_to_fire_timeout_ms": 5}),
             ("ostinato.command.CancelTimerCommand", {"timer_id": "t"}),
