@@ -11,9 +11,10 @@ runs stay on the build that started them, auto-upgrade runs move at their next t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ostinato.sdk import exceptions as exc
+from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.versioning import (
     VersioningBehavior,
     WorkerDeploymentConfig,
@@ -23,8 +24,15 @@ from ostinato.sdk.versioning import (
 )
 from ostinato.streams.versioning import build_id_problem
 
-if TYPE_CHECKING:
-    from ostinato.sdk.client import Client
+
+class Client(Protocol):
+    """What these calls need of `ostinato.client.Client` (not imported: the client imports this module)."""
+
+    @property
+    def service(self) -> ClientTransport: ...
+
+    @property
+    def namespace(self) -> str: ...
 
 __all__ = ["TaskQueueVersioningInfo", "VersioningBehavior", "WorkerDeploymentConfig", "WorkerDeploymentVersion",
            "WorkerVersioning", "WorkflowVersioningInfo", "describe", "resolve", "set_current_build",

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -90,6 +93,15 @@ async def _until(what: str, check: Callable[[], Awaitable[bool]], timeout: float
 async def _completed_builds(handle: WorkflowHandle) -> list[str]:
     return [e["attributes"][1]["build_id"] async for e in handle.fetch_history_events()
             if e["event_type"] == "WORKFLOW_TASK_COMPLETED"]
+
+
+async def _post(url: str, body: object) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 async def _first_step_done(handles: list[WorkflowHandle]) -> bool:
@@ -190,6 +202,15 @@ def test_pinned_runs_stay_on_their_build_while_new_work_moves(kafka: KafkaCluste
                    "--server", server.url, "--output", "json")
     assert ramp.returncode == 0, ramp.stderr
     assert json.loads(ramp.stdout)["ramping_build"] == "C"
+    # the HTTP API refuses what cannot be routed, naming why
+    path = f"/api/v1/namespaces/default/task-queues/{QUEUE}/versioning"
+    for body, why in [({"current_build": "a/b"}, "characters"), ({"ramping_build": "B"}, "already current"),
+                      ({"ramping_build": "D", "ramping_percentage": 101}, "0 to 100"), ({"nope": 1}, "the body is"),
+                      ({}, "the body is")]:
+        status, answer = _post(server.url + path, body)
+        assert status == 400 and why in answer["message"], (body, status, answer)
+    status, answer = server.get(path)
+    assert status == 200 and (answer["current_build"], answer["ramping_build"]) == ("B", "C"), answer
     shown = run_cli("workflow", "describe", pinned_id, "--server", server.url)
     assert "PINNED, pinned to A, last task by build A" in " ".join(shown.stdout.split()), shown.stdout
     print(f"worker versioning, {n} pinned runs:", {k: round(v, 1) for k, v in timings.items()}, report.summary())
