@@ -95,7 +95,7 @@ async def _completed_builds(handle: WorkflowHandle) -> list[str]:
             if e["event_type"] == "WORKFLOW_TASK_COMPLETED"]
 
 
-async def _post(url: str, body: object) -> tuple[int, dict[str, Any]]:
+def _post(url: str, body: object) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
