@@ -525,6 +525,17 @@ def describe_task_queue(
                       "" if age is None else f"{age / 1000:.1f}s")
     console.print(table)
     console.print(f"{len(found['workers'])} worker(s): " + ", ".join(w["client_id"] for w in found["workers"]))
+    try:  # worker versioning: where the queue's new work goes (each build has a queue of its own to describe)
+        versioning = _call(server, "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}/task-queues/"
+                                          f"{urllib.parse.quote(task_queue, safe='')}/versioning")
+    except ApiError:
+        return
+    if versioning["current_build"] or versioning["ramping_build"]:
+        ramp = (f", ramping {versioning['ramping_build']} ({versioning['ramping_percentage']:g}%)"
+                if versioning["ramping_build"] else "")
+        console.print(f"current build {versioning['current_build'] or '(none)'}{ramp}: its tasks are on queue "
+                      f"{versioning['current_queue']} (ostinato task-queue describe {versioning['current_queue']})",
+                      highlight=False)
 
 
 namespace_app = typer.Typer(help="Register and inspect namespaces.", no_args_is_help=True)

@@ -211,6 +211,8 @@ def test_pinned_runs_stay_on_their_build_while_new_work_moves(kafka: KafkaCluste
         assert status == 400 and why in answer["message"], (body, status, answer)
     status, answer = server.get(path)
     assert status == 200 and (answer["current_build"], answer["ramping_build"]) == ("B", "C"), answer
+    queue = run_cli("task-queue", "describe", QUEUE, "--server", server.url)
+    assert "current build B, ramping C (5%)" in " ".join(queue.stdout.split()), queue.stdout + queue.stderr
     shown = run_cli("workflow", "describe", pinned_id, "--server", server.url)
     assert "PINNED, pinned to A, last task by build A" in " ".join(shown.stdout.split()), shown.stdout
     print(f"worker versioning, {n} pinned runs:", {k: round(v, 1) for k, v in timings.items()}, report.summary())
