@@ -34,6 +34,7 @@ class OwnershipTable:
         self._namespaces: dict[str, dict[str, object]] = {}
         self._search_attributes: dict[str, dict[str, str]] = {}  # namespace -> name -> type
         self._deployments: dict[str, dict[str, QueueVersioning]] = {}  # namespace -> task queue -> versioning
+        self.deployment_changes = 0  # grows with every change read: readers cache what they built until it moves
         self.caught_up = threading.Event()  # the topic was read to its end once
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -117,3 +118,4 @@ class OwnershipTable:
             known = queues.get(str(record["task_queue"]))
             if known is None or known.revision <= found.revision:
                 queues[str(record["task_queue"])] = found
+                self.deployment_changes += 1

@@ -53,16 +53,18 @@ def config_for(table: OwnershipTable, base: Config) -> Any:
     (worker versioning: the core routes each task by them at dispatch)."""
     from dataclasses import replace
 
-    cache: dict[tuple[str, int, frozenset[tuple[str, str]], frozenset[tuple[str, Any]]], Config] = {}
+    cache: dict[tuple[str, int, frozenset[tuple[str, str]], int], Config] = {}
 
     def lookup(namespace: str) -> Config:
         record = table.namespace(namespace)
         retention = base.retention_ms if record is None else int(record["retention_ms"])  # type: ignore[call-overload]
         registry = table.search_attributes(namespace)
-        deployments = table.deployments(namespace)  # worker versioning: where each queue's tasks go now
-        key = (namespace, retention, frozenset(registry.items()), frozenset(deployments.items()))
+        # worker versioning: where each queue's tasks go now (read before the queues, so a change meanwhile misses)
+        changes = table.deployment_changes
+        key = (namespace, retention, frozenset(registry.items()), changes)
         found = cache.get(key)
         if found is None:
+            deployments = table.deployments(namespace)
             found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry,
                                          deployments=deployments or None)
         return found
