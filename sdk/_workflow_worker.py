@@ -199,6 +199,7 @@ class WorkflowTaskHandler:
         """A fresh instance of the task's run, calling its code through the worker's interceptors."""
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
+        instance.worker_build_id = self.versioning.build_id
         return intercepted(instance, self.interceptor_classes)
 
     def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:

@@ -35,8 +35,12 @@ class _Waits:
         self.go = False
 
     async def _run(self) -> str:
+        first = workflow.info().get_current_build_id()
         await workflow.wait_condition(lambda: self.go)
-        return str(await workflow.execute_activity("where", start_to_close_timeout=workflow_timeout()))
+        where = str(await workflow.execute_activity("where", start_to_close_timeout=workflow_timeout()))
+        # the first activation's build, as it ran (a replay on another build sees it too), and the current one's
+        assert workflow.info().get_current_build_id() == where, (first, where)
+        return f"{first}>{where}" if first != where else where
 
     @workflow.signal
     def proceed(self) -> None:
@@ -101,7 +105,7 @@ async def test_pinned_runs_stay_on_their_build_and_auto_upgrade_runs_move() -> N
                 for handle in (pinned, moving, fresh):
                     await handle.signal("proceed")
                 assert await pinned.result() == "A"  # its activity went to its own build's workers too
-                assert await moving.result() == "B"
+                assert await moving.result() == "A>B"  # began on A, moved to B at its next task
                 assert await fresh.result() == "B"
         assert set(await _builds(pinned)) == {"A"}
         assert (await _builds(moving))[0] == "A" and (await _builds(moving))[-1] == "B"
