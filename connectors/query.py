@@ -105,6 +105,11 @@ SYSTEM_ATTRIBUTES: dict[str, SystemAttribute] = {a.name: a for a in (
 )}
 
 
+# Built-in attributes the engine sets as typed search attributes of the visibility record (stored and indexed as
+# custom ones, never registered): `BuildIds` is worker versioning's drain visibility (`pinned:<build>`...).
+ENGINE_ATTRIBUTES: dict[str, SearchAttributeType] = {"BuildIds": SearchAttributeType.KEYWORD_LIST}
+
+
 class QueryError(ValueError):
     """A query that cannot be parsed or typed; `position` (0-based) and `token` point at the offending token."""
 
@@ -296,7 +301,8 @@ def parse(text: str, search_attributes: Mapping[str, SearchAttributeType | str] 
     Raises:
         QueryError: with the position and text of the offending token.
     """
-    registry = {name: SearchAttributeType.parse(t) for name, t in (search_attributes or {}).items()}
+    registry = {**ENGINE_ATTRIBUTES,
+                **{name: SearchAttributeType.parse(t) for name, t in (search_attributes or {}).items()}}
     clash = sorted(set(registry) & set(SYSTEM_ATTRIBUTES))
     if clash:
         raise ValueError(f"custom search attributes cannot reuse system attribute names: {', '.join(clash)}")

@@ -29,6 +29,7 @@ SHARD_OWNER = "ostinato.cluster.ShardOwner"  # <prefix>.cluster, keys `shard/<n>
 NAMESPACE = "ostinato.cluster.Namespace"  # <prefix>.cluster, keys `namespace/<name>`
 SEARCH_ATTRIBUTE = "ostinato.cluster.SearchAttribute"  # <prefix>.cluster, keys `search_attribute/<namespace>/<name>`
 TASK_QUEUE_RATE_LIMIT = "ostinato.cluster.TaskQueueRateLimit"  # <prefix>.cluster, keys `task_queue_rate_limit/<queue>`
+TASK_QUEUE_VERSIONING = "ostinato.cluster.TaskQueueVersioning"  # <prefix>.cluster, keys `deployment/<ns>/<queue>`
 
 # -- branches of Reply.body ---------------------------------------------------------------------------------------
 ACCEPTED = REPLY_PREFIX + "Accepted"

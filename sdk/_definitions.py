@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ostinato.sdk.versioning import VersioningBehavior
+
 RUN_ATTR = "__ostinato_run__"
 SIGNAL_ATTR = "__ostinato_signal__"
 QUERY_ATTR = "__ostinato_query__"
@@ -28,6 +30,8 @@ class WorkflowDefinition:
     updates: dict[str, Callable[..., Any]] = field(default_factory=dict)  # "" is the dynamic handler
     validators: dict[str, Callable[..., Any]] = field(default_factory=dict)
     init_takes_args: bool = False
+    # Worker versioning: PINNED or AUTO_UPGRADE (`@workflow.defn(versioning_behavior=...)`), else the worker's default
+    versioning_behavior: VersioningBehavior = VersioningBehavior.UNSPECIFIED
 
     def update_handler(self, name: str) -> tuple[Callable[..., Any] | None, bool]:
         """The handler of update `name` and whether it is the dynamic one (called with the name and raw args)."""
@@ -56,7 +60,8 @@ def parameter_hints(fn: Callable[..., Any]) -> list[Any]:
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def build(cls: type, name: str | None) -> WorkflowDefinition:
+def build(cls: type, name: str | None,
+          versioning_behavior: VersioningBehavior = VersioningBehavior.UNSPECIFIED) -> WorkflowDefinition:
     run = None
     signals: dict[str, Callable[..., Any]] = {}
     queries: dict[str, Callable[..., Any]] = {}
@@ -93,7 +98,7 @@ def build(cls: type, name: str | None) -> WorkflowDefinition:
     init_takes_args = bool(getattr(vars(cls).get("__init__"), INIT_ATTR, False)) or any(
         getattr(vars(base).get("__init__"), INIT_ATTR, False) for base in cls.__mro__[1:])
     return WorkflowDefinition(name or cls.__name__, cls, run, signals, queries, updates, validators,
-                              init_takes_args)
+                              init_takes_args, versioning_behavior)
 
 
 def definition_of(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition:

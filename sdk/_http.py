@@ -389,6 +389,21 @@ class HttpService(ClientTransport):
         found = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes")
         return dict(found["custom_attributes"])
 
+    async def versioning(self, namespace: str, task_queue: str, change: Record | None) -> Record:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/task-queues/{quote(task_queue, safe='')}/versioning"
+        if change is None:
+            return await self._get_json(path)
+        try:
+            async with self.session.post(self.target + path, json=change,
+                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                if resp.status != 200:
+                    raise await _error(resp, f"POST {path}")
+                found: Record = await resp.json()
+                return found
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise exc.RPCError(f"POST {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
+                               code="unavailable") from None
+
     async def _get_json(self, path: str) -> Record:
         try:
             async with self.session.get(self.target + path, timeout=aiohttp.ClientTimeout(total=30)) as resp:

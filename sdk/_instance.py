@@ -116,6 +116,11 @@ class WorkflowInfo:
     def is_continue_as_new_suggested(self) -> bool:
         return current().suggest_continue_as_new
 
+    def get_current_build_id(self) -> str:
+        """The build of the worker running this activation; on replay, the build that ran it then (worker
+        versioning; empty for an unversioned worker that named none)."""
+        return current().current_build_id
+
 
 @dataclass
 class TaskOutcome:
@@ -219,6 +224,10 @@ class WorkflowInstance:
         self.loop = WorkflowLoop(self)  # type: ignore[abstract]
         self.random = random.Random(int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big"))
         self.info: WorkflowInfo | None = None
+        # Worker versioning: the build that runs the live activation, and that a replayed one ran on (its
+        # WORKFLOW_TASK_COMPLETED says), for `workflow.info().get_current_build_id()`.
+        self.worker_build_id = ""
+        self.current_build_id = ""
         self.last_failure: Record | None = None
         self.last_completion_result: list[Record] = []
         self.obj: Any = None
@@ -283,6 +292,8 @@ class WorkflowInstance:
         outcome_of = {_attrs(e)["started_event_id"]: e["event_type"] for e in events
                       if e["event_type"] in ("WORKFLOW_TASK_COMPLETED", "WORKFLOW_TASK_FAILED",
                                              "WORKFLOW_TASK_TIMED_OUT")}
+        built_by = {_attrs(e)["started_event_id"]: _attrs(e).get("build_id") or "" for e in events
+                    if e["event_type"] == "WORKFLOW_TASK_COMPLETED"}
         jobs: list[Record] = []
         matching = False
         try:
@@ -294,6 +305,7 @@ class WorkflowInstance:
                         continue  # this instance ran that activation live; history now shows its start
                     self._unmatched_check(event)
                     if event["event_id"] == live_started_event_id:
+                        self.current_build_id = self.worker_build_id
                         return self._activate(jobs, event, replaying=False, updates=updates or [])
                     if outcome_of.get(event["event_id"]) != "WORKFLOW_TASK_COMPLETED":
                         continue  # a failed or timed-out task: what it saw comes again in the next one
@@ -301,6 +313,7 @@ class WorkflowInstance:
                     now = [job for job in jobs if job["event_id"] <= seen]
                     jobs = [job for job in jobs if job["event_id"] > seen]
                     accepted = self._learn_patches(events, index)
+                    self.current_build_id = built_by.get(event["event_id"], "")
                     self._activate(now, event, replaying=True, updates=accepted)
                 elif kind == "WORKFLOW_TASK_COMPLETED":
                     matching = True

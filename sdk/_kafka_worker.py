@@ -133,7 +133,7 @@ class KafkaWorkerLoop:
         self.reply_partitions = cluster["reply_partitions"]
         self.server_security: Record = cluster.get("kafka_security") or {}  # protocol and mechanism, never secrets
         self.fetch_history = fetch_history
-        queue = worker.task_queue
+        queue = worker.routed_queue  # a versioned worker reads its build's topics (worker versioning)
         self.workflow_topic = task_topic_name(self.prefix, queue, TaskKind.WORKFLOW)
         self.activity_topic = task_topic_name(self.prefix, queue, TaskKind.ACTIVITY)
         self.commands_topic = topic_name(self.prefix, Topic.COMMANDS)
@@ -168,7 +168,7 @@ class KafkaWorkerLoop:
                                   "enable.idempotence": True, "acks": "all", "linger.ms": 0,
                                   "message.max.bytes": MAX_RECORD_BYTES})
         self.reply_partition = random.randrange(self.reply_partitions)  # the partition our answers come back on
-        group = worker_group(self.prefix, self.worker.task_queue)
+        group = worker_group(self.prefix, self.worker.routed_queue)
         self.replies = ReplyReader(self.bootstrap, self.replies_topic, [self.reply_partition], group, security)
         await loop.run_in_executor(None, self.replies.start)
         settings: dict[str, Any] = {
@@ -180,7 +180,7 @@ class KafkaWorkerLoop:
             "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
             "fetch.max.bytes": MAX_RECORD_BYTES * 2}
         consumer = Consumer(settings)
-        topics = [task_topic_name(self.prefix, self.worker.task_queue, kind) for kind in self._kinds()]
+        topics = [task_topic_name(self.prefix, self.worker.routed_queue, kind) for kind in self._kinds()]
         revoked: list[TopicPartition] = []  # filled on the consumer's thread, read on the loop's
         consumer.subscribe(topics, on_revoke=lambda _c, parts: revoked.extend(parts))
         self.consumer = consumer
@@ -224,7 +224,7 @@ class KafkaWorkerLoop:
         together); False if it was stopped meanwhile."""
         loop = asyncio.get_running_loop()
         task_topics = TaskTopics(self.bootstrap, self.prefix, replication_factor, self.worker.kafka_config)
-        wanted = [task_topic_name(self.prefix, self.worker.task_queue, kind) for kind in self._kinds()]
+        wanted = [task_topic_name(self.prefix, self.worker.routed_queue, kind) for kind in self._kinds()]
         waiting = False
         while not stopping.is_set():
             missing = []
@@ -241,7 +241,7 @@ class KafkaWorkerLoop:
             if not waiting:
                 log.warning("worker %s: the task topics of queue %r do not exist yet and this worker may not create "
                             "them; waiting until the server does (when a workflow first names the queue)",
-                            self.worker.identity, self.worker.task_queue)
+                            self.worker.identity, self.worker.routed_queue)
                 waiting = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), TOPICS_WAIT_S)
@@ -488,7 +488,8 @@ class KafkaWorkerLoop:
             return
         # Eager workflow task: this worker caches the workflow, so the task this answer causes comes back in the
         # reply rather than through the workflow task topic (its timeout covers a reply that never comes).
-        reply = await self.request(task, name, {**body, "request_eager_workflow_task": True})
+        reply = await self.request(task, name, {**body, "request_eager_workflow_task": True,
+                                                "build_id": self.worker.routed_build})
         next_task = reply.get("workflow_task") if reply is not None else None
         if next_task is not None:
             self.eager_workflow_tasks += 1

@@ -128,6 +128,15 @@ class ClientTransport(ABC):
         """
         raise exc.RPCError(f"{type(self).__name__} has no search attribute registry")
 
+    async def versioning(self, namespace: str, task_queue: str, change: Record | None) -> Record:
+        """A task queue's current and ramping build, after applying `change` (None: only read it); the JSON of
+        `/api/v1/namespaces/{ns}/task-queues/{queue}/versioning`.
+
+        Raises:
+            RPCError: by default: the transport has no deployments; or the server refused the change.
+        """
+        raise exc.RPCError(f"{type(self).__name__} has no worker deployments")
+
     def worker_transport(self) -> WorkerTransport:
         """What serves the tasks of this client's workers.
 
@@ -144,6 +153,8 @@ class ServedWorker(Protocol):
     """What a worker transport needs of the worker it serves (`Worker` is one)."""
 
     task_queue: str
+    routed_queue: str  # the queue whose topics it reads: `task_queue`, or its build's (worker versioning)
+    routed_build: str  # the build it serves ("" unversioned), sent with answers that may be handed work eagerly
     identity: str
     max_concurrent_activities: int
     max_activities_per_second: float | None  # this worker's own activity start rate, None for no limit

@@ -23,6 +23,7 @@ from ostinato.sdk.interceptor import (
     WorkflowInboundInterceptor,
     workflow_interceptor_classes,
 )
+from ostinato.sdk.versioning import VersioningBehavior, WorkerVersioning
 from ostinato.sdk.workflow import OUTBOUND_ROOT
 
 Record = dict[str, Any]
@@ -37,7 +38,8 @@ HEARTBEAT_FRACTION = 0.8
 class WorkflowTaskHandler:
     def __init__(self, workflows: Sequence[type], converter: DataConverter, *, max_cached: int = 1000,
                  identity: str = "", local_activities: LocalActivityRunner | None = None,
-                 max_concurrent: int = 100, interceptors: Sequence[Interceptor] = ()) -> None:
+                 max_concurrent: int = 100, interceptors: Sequence[Interceptor] = (),
+                 versioning: WorkerVersioning | None = None) -> None:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent_workflow_tasks must be at least 1, not {max_concurrent}")
         self.definitions: dict[str, WorkflowDefinition] = {}
@@ -48,6 +50,7 @@ class WorkflowTaskHandler:
             self.definitions[definition.name] = definition
         self.converter = converter
         self.identity = identity
+        self.versioning = versioning or WorkerVersioning()  # recorded on every answer (worker versioning)
         # Asked once, when the worker is made, as Temporal does; each run builds its own chain of these classes.
         self.interceptor_classes = workflow_interceptor_classes(interceptors)
         self.max_cached = max_cached
@@ -116,7 +119,8 @@ class WorkflowTaskHandler:
         return (command_type("RespondWorkflowTaskCompleted"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"],
             "commands": outcome.commands, "force_create_new_task": outcome.heartbeat,
-            "sdk_flags": sorted(instance.sdk_flags or ()), "build_id": "",
+            "sdk_flags": sorted(instance.sdk_flags or ()), "build_id": self.versioning.build_id,
+            "versioning_behavior": self._behavior(task),
             "started_time_ms": started_time_ms(task), "rejected_updates": outcome.rejected_updates})
 
     async def _run_local_activities(self, task: Record, instance: WorkflowInstance, outcome: TaskOutcome,
@@ -195,6 +199,7 @@ class WorkflowTaskHandler:
         """A fresh instance of the task's run, calling its code through the worker's interceptors."""
         instance = WorkflowInstance(definition, task["namespace"], task["workflow_id"], task["run_id"],
                                     self.converter)
+        instance.worker_build_id = self.versioning.build_id
         return intercepted(instance, self.interceptor_classes)
 
     def query(self, task: Record, full_history: Callable[[], list[Record]]) -> tuple[list[Record], Record | None]:
@@ -219,7 +224,14 @@ class WorkflowTaskHandler:
     def _failed(self, task: Record, error: BaseException, cause: str) -> Command:
         return (command_type("RespondWorkflowTaskFailed"), {
             "scheduled_event_id": task["scheduled_event_id"], "attempt": task["attempt"], "cause": cause,
-            "failure": self.converter.encode_failure(error), "build_id": "", "started_time_ms": started_time_ms(task)})
+            "failure": self.converter.encode_failure(error), "build_id": self.versioning.build_id,
+            "started_time_ms": started_time_ms(task)})
+
+    def _behavior(self, task: Record) -> str:
+        """The versioning behaviour the answer records: the workflow type's own, else the worker's default."""
+        definition = self.definitions.get(task.get("workflow_type") or "")
+        declared = definition.versioning_behavior if definition is not None else VersioningBehavior.UNSPECIFIED
+        return self.versioning.behavior_of(declared)
 
 
 def intercepted(instance: WorkflowInstance,

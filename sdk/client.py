@@ -15,13 +15,14 @@ from typing import Any
 from ostinato.schemas.payloads import Payload
 from ostinato.schemas.wire import REDRIVEN, REJECTED, command_type
 from ostinato.sdk import _definitions as defs
+from ostinato.sdk import deployments, schedules
 from ostinato.sdk import exceptions as exc
-from ostinato.sdk import schedules
 from ostinato.sdk._transport import ClientTransport
 from ostinato.sdk.activity import parse_task_token
 from ostinato.sdk.batch import BatchAction, BatchOperationHandle, start_batch_operation
 from ostinato.sdk.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from ostinato.sdk.data import DEFAULT, DataConverter
+from ostinato.sdk.deployments import TaskQueueVersioningInfo
 from ostinato.sdk.exceptions import ScheduleAlreadyRunningError
 from ostinato.sdk.interceptor import header_records
 from ostinato.sdk.replayer import WorkflowHistory
@@ -175,6 +176,11 @@ class WorkflowExecutionDescription:
     def reset_run_id(self) -> str:
         """The run a reset of this run started (empty if it was never reset): Temporal's resetRunId."""
         return str(self.raw.get("reset_run_id") or "")
+
+    @property
+    def versioning_info(self) -> deployments.WorkflowVersioningInfo:
+        """The run's versioning behaviour, the build that completed its last task and a pinned run's build."""
+        return deployments.WorkflowVersioningInfo.from_state(self.raw)
 
     @property
     def start_time(self) -> datetime | None:
@@ -777,6 +783,21 @@ class Client:
     async def list_schedules(self, query: str | None = None) -> ScheduleAsyncIterator:
         """The namespace's schedules (`async for s in await client.list_schedules()`), from visibility."""
         return ScheduleAsyncIterator(self, query)
+    # -- worker versioning (the code is in sdk/deployments.py) ------------------------------------------------------
+
+    async def set_current_deployment_version(self, task_queue: str, build_id: str) -> TaskQueueVersioningInfo:
+        """Make `build_id` the current build of `task_queue` (Temporal's SetWorkerDeploymentCurrentVersion, per
+        queue): new and auto-upgrade workflow tasks go to its workers from now on; pinned runs stay where they are."""
+        return await deployments.set_current_build(self, task_queue, build_id)
+
+    async def set_ramping_deployment_version(self, task_queue: str, build_id: str,
+                                             percentage: float) -> TaskQueueVersioningInfo:
+        """Send `percentage` percent of the queue's workflow ids to `build_id` ("" or 0 ends the ramp)."""
+        return await deployments.set_ramping_build(self, task_queue, build_id, percentage)
+
+    async def describe_task_queue_versioning(self, task_queue: str) -> TaskQueueVersioningInfo:
+        """The queue's current and ramping build."""
+        return await deployments.describe(self, task_queue)
 
 
 class WorkflowHandle:

@@ -39,6 +39,7 @@ from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.model import from_record
 from ostinato.streams.search_attributes import name_problem
 from ostinato.streams.update_status import reached, update_status
+from ostinato.streams.versioning import QueueVersioning
 
 __all__ = ["ActivityEnvironment", "EngineService", "WorkflowEnvironment"]
 
@@ -89,6 +90,24 @@ class EngineService(ClientTransport):
 
     async def list_search_attributes(self, namespace: str) -> dict[str, str]:
         return dict(self.engine.config.search_attributes or {})
+
+    async def versioning(self, namespace: str, task_queue: str, change: Record | None) -> Record:
+        """Worker versioning in memory: one set of queue builds for every namespace of the engine, routed by the
+        core exactly as a cluster routes (streams/versioning.py)."""
+        deployments = dict(self.engine.config.deployments or {})
+        known = deployments.get(task_queue) or QueueVersioning()
+        if change is not None:
+            current = change.get("current_build", known.current_build)
+            ramping = change.get("ramping_build", known.ramping_build)
+            percentage = float(change.get("ramping_percentage", known.ramping_percentage))
+            if "current_build" in change and ramping == current:
+                ramping, percentage = "", 0.0
+            known = deployments[task_queue] = QueueVersioning(current, ramping, percentage if ramping else 0.0,
+                                                              known.revision + 1)
+            self.engine.config = replace(self.engine.config, deployments=deployments)
+        return {"namespace": namespace, "task_queue": task_queue, "current_build": known.current_build,
+                "ramping_build": known.ramping_build, "ramping_percentage": known.ramping_percentage,
+                "revision": known.revision}
 
     async def query(self, namespace: str, workflow_id: str, run_id: str, query_type: str, args: list[Record],
                     timeout: timedelta, *, header: Mapping[str, Record] | None = None) -> Body:
@@ -160,7 +179,7 @@ class EngineWorkers(WorkerTransport):
 
     async def run_worker(self, worker: ServedWorker, stopping: asyncio.Event) -> None:
         """Poll the engine's task queues for `worker` until `stopping` is set and its activities are done."""
-        engine, queue = self.engine, worker.task_queue
+        engine, queue = self.engine, worker.routed_queue  # a versioned worker reads its build's queue
         running: set[asyncio.Task[None]] = set()
         workflow_tasks: set[asyncio.Task[None]] = set()
         try:

@@ -16,6 +16,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from ostinato.schemas.topics import task_queue_problem
 from ostinato.sdk._local_activities import LocalActivityRunner
 from ostinato.sdk._workflow_worker import WorkflowTaskHandler
 from ostinato.sdk.activity_executor import ActivityExecutor
@@ -30,10 +31,13 @@ from ostinato.sdk.replayer import (
     WorkflowReplayResults,
     sample_histories,
 )
+from ostinato.sdk.versioning import WorkerDeploymentConfig, resolve
 from ostinato.sdk.workflow_sandbox import UnsandboxedWorkflowRunner, WorkflowRunner
+from ostinato.streams.versioning import versioned_queue
 
-__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkflowHistory", "WorkflowReplayResult",
-           "WorkflowReplayResults", "WorkflowRunner", "sample_histories", *_interceptor_names]
+__all__ = ["Replayer", "UnsandboxedWorkflowRunner", "Worker", "WorkerDeploymentConfig", "WorkflowHistory",
+           "WorkflowReplayResult", "WorkflowReplayResults", "WorkflowRunner", "sample_histories",
+           *_interceptor_names]
 log = logging.getLogger("ostinato.worker")
 
 
@@ -72,6 +76,11 @@ class Worker:
             Temporal), and the engine enforces it: the queue's activity tasks are released to workers at that rate
             whatever the workers do (`ostinato task-queue set-rate-limit` sets it without a worker). The time-skipping
             environment accepts both limits and enforces neither.
+        build_id: this worker's build, recorded on every workflow task it completes (Temporal's name).
+        use_worker_versioning: read only this build's tasks (worker versioning): the queue's pinned runs of this
+            build, and its new and auto-upgrade work while this build is current (or ramping). Needs `build_id`.
+        deployment_config: Temporal's newer spelling of the two above, with a default versioning behaviour for
+            workflow types that declare none (`ostinato.worker.WorkerDeploymentConfig`).
     """
 
     def __init__(self, client: Client, *, task_queue: str, workflows: Sequence[type] = (),
@@ -81,9 +90,16 @@ class Worker:
                  max_concurrent_workflow_tasks: int = 100, max_concurrent_local_activities: int = 100,
                  graceful_shutdown_timeout: timedelta = timedelta(), workflow_runner: WorkflowRunner | None = None,
                  interceptors: Sequence[Interceptor] = (), max_activities_per_second: float | None = None,
-                 max_task_queue_activities_per_second: float | None = None) -> None:
+                 max_task_queue_activities_per_second: float | None = None, build_id: str = "",
+                 use_worker_versioning: bool = False, deployment_config: WorkerDeploymentConfig | None = None,
+                 ) -> None:
         if not workflows and not activities:
             raise ValueError("a worker needs at least one workflow or activity")
+        self.versioning = resolve(build_id, use_worker_versioning, deployment_config)
+        self.routed_build = self.versioning.routed_build
+        self.routed_queue = versioned_queue(task_queue, self.routed_build)  # the queue whose topics it reads
+        if self.routed_build and (problem := task_queue_problem(self.routed_queue)) is not None:
+            raise ValueError(f"build {self.routed_build!r} of queue {task_queue!r}: {problem}")
         if isinstance(activity_executor, ProcessPoolExecutor):
             raise TypeError("activity_executor: Ostinato runs plain-function activities in threads; pass a "
                             "ThreadPoolExecutor (or none)")
@@ -112,7 +128,7 @@ class Worker:
         self.workflow_handler = WorkflowTaskHandler(
             workflows, client.data_converter, max_cached=max_cached_workflows, identity=self.identity,
             local_activities=local_activities, max_concurrent=max_concurrent_workflow_tasks,
-            interceptors=self.interceptors) if workflows else None
+            interceptors=self.interceptors, versioning=self.versioning) if workflows else None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running = False

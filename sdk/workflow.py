@@ -36,6 +36,7 @@ from ostinato.sdk.search_attributes import (
     encode_updates,
     to_payloads,
 )
+from ostinato.sdk.versioning import VersioningBehavior
 
 __all__ = [
     "ActivityCancellationType",
@@ -131,16 +132,20 @@ class ParentClosePolicy(StrEnum):
 @overload
 def defn(cls: type[T]) -> type[T]: ...
 @overload
-def defn(*, name: str | None = None, sandboxed: bool = True) -> Callable[[type[T]], type[T]]: ...
+def defn(*, name: str | None = None, sandboxed: bool = True,
+         versioning_behavior: VersioningBehavior = VersioningBehavior.UNSPECIFIED) -> Callable[[type[T]], type[T]]: ...
 
 
-def defn(cls: type[T] | None = None, *, name: str | None = None, sandboxed: bool = True) -> Any:
+def defn(cls: type[T] | None = None, *, name: str | None = None, sandboxed: bool = True,
+         versioning_behavior: VersioningBehavior = VersioningBehavior.UNSPECIFIED) -> Any:
     """Mark a class as a workflow; its name (the class name unless given) is the workflow type.
 
     `sandboxed` is accepted for Temporal's `@workflow.defn(sandboxed=False)` and changes nothing: Ostinato has no
-    sandbox, every workflow runs under the same determinism guards."""
+    sandbox, every workflow runs under the same determinism guards. `versioning_behavior` (worker versioning) says
+    whether the type's runs stay on the build that started them (PINNED) or move to the queue's current build at
+    their next task (AUTO_UPGRADE); unspecified takes the versioned worker's default."""
     def wrap(target: type[T]) -> type[T]:
-        setattr(target, defs.DEFN_ATTR, defs.build(target, name))
+        setattr(target, defs.DEFN_ATTR, defs.build(target, name, versioning_behavior))
         return target
 
     return wrap(cls) if cls is not None else wrap

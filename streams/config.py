@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ostinato.streams.versioning import QueueVersioning
+
 DAY_MS = 24 * 3600 * 1000
 
 
@@ -38,3 +40,6 @@ class Config:
     # Task queues with an engine-enforced activity rate (`ostinato task-queue set-rate-limit`): their activity tasks
     # go through the servers' rate limiter, so a worker cannot take one sooner by asking for it eagerly.
     rate_limited_queues: frozenset[str] = frozenset()
+    # Worker versioning: each task queue's current (and ramping) build, as set through the deployments API; read at
+    # dispatch (streams/versioning.py). None or a queue absent: its tasks go to its unversioned topics.
+    deployments: Mapping[str, QueueVersioning] | None = None

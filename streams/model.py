@@ -163,6 +163,11 @@ class RunState:
     reset_run_id: str = field(default="", metadata=EPHEMERAL)
     # Set on a schedule's own run only: an `ostinato.schedule.ScheduleInfo` record (streams/schedules).
     schedule: Record | None = None
+    # Worker versioning (streams/versioning.py), set by version 2 of the WORKFLOW_TASK_COMPLETED applier: the behaviour
+    # the last completing worker declared, the build a pinned run stays on, and the build that completed the last task.
+    versioning_behavior: str = ""
+    pinned_build: str = ""
+    build_id: str = ""
 
     @property
     def open(self) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ostinato.schemas import wire
-from ostinato.streams import records
+from ostinato.streams import records, routing
 from ostinato.streams.actions import (
     Action,
     Archive,
@@ -188,21 +188,28 @@ def _perform_on_run(workflow: Workflow, action: Action, outbox: Outbox) -> None:
     if run is None:
         return
     ns, wf = run.namespace, run.workflow_id
+    config = outbox.config(ns)
     if isinstance(action, DispatchWorkflowTask):
-        task = records.workflow_task(run, action, outbox.history(run), outbox.config(ns))
+        task = records.workflow_task(run, action, outbox.history(run), config)
         if task is not None:
+            # Worker versioning: the topic is chosen here, at dispatch, from the run's pinned build or its queue's
+            # current build; the record keeps the queue's own name (what the workflow and its worker call it).
+            queue = routing.workflow_queue(run, config)
             try:
-                outbox.workflow_task(action.task_queue, ns, wf, wire.WORKFLOW_TASK, task)
+                outbox.workflow_task(queue, ns, wf, wire.WORKFLOW_TASK, task)
             except RecordTooLarge:
                 # The events since the previous task (signals of 200 KiB, say) do not fit one record: the task goes
                 # without them, marked so, and the worker reads them from history. Never a task that cannot go.
                 lean = records.without_events(task, action.transient)
-                outbox.workflow_task(action.task_queue, ns, wf, wire.WORKFLOW_TASK, lean)
+                outbox.workflow_task(queue, ns, wf, wire.WORKFLOW_TASK, lean)
     elif isinstance(action, DispatchActivityTask):
         activity = records.activity_task(run, action, outbox.history(run))
         if activity is not None:
-            outbox.activity_task(activity["task_queue"], ns, wf, activity["activity_id"], activity)
+            queue = routing.activity_queue(run, activity["task_queue"], config)
+            outbox.activity_task(queue, ns, wf, activity["activity_id"], activity)
     elif isinstance(action, DispatchQueryTask):
-        outbox.workflow_task(action.task_queue, ns, wf, wire.QUERY_TASK, records.query_task(run, action))
+        # A query goes where the run's tasks go: a pinned run is answered by its own build's code.
+        outbox.workflow_task(routing.workflow_queue(run, config), ns, wf, wire.QUERY_TASK,
+                             records.query_task(run, action))
     else:
         outbox.visibility(run, records.visibility_record(run, outbox.history_size(run)))

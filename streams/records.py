@@ -3,6 +3,7 @@ by the one interpreter of actions, `streams.perform`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -12,6 +13,7 @@ from ostinato.streams.actions import DispatchActivityTask, DispatchQueryTask, Di
 from ostinato.streams.config import Config
 from ostinato.streams.deciders.common import started_event, transient_task_events
 from ostinato.streams.model import RunState
+from ostinato.streams.routing import run_build_ids
 
 Record = dict[str, Any]
 
@@ -145,10 +147,21 @@ def visibility_record(run: RunState, history_size_bytes: int) -> Record:
         "workflow_type": run.workflow_type, "task_queue": run.task_queue, "status": run.status,
         "start_time_ms": run.start_time_ms, "execution_time_ms": run.execution_time_ms,
         "close_time_ms": run.close_time_ms, "history_length": run.history_length,
-        "history_size_bytes": history_size_bytes, "memo": run.memo, "search_attributes": run.search_attributes,
+        "history_size_bytes": history_size_bytes, "memo": run.memo, "search_attributes": _with_build_ids(run),
         "parent": None if parent is None else {"workflow_id": parent["workflow_id"], "run_id": parent["run_id"]},
         "first_execution_run_id": run.first_execution_run_id, "version": run.history_length,
     }
+
+
+def _with_build_ids(run: RunState) -> Record:
+    """The run's search attributes, plus the built-in `BuildIds` (a typed KeywordList, indexed by both visibility
+    stores as any list attribute is) once a versioned worker answered it: drain visibility for operators."""
+    ids = run_build_ids(run)
+    if not ids:
+        return run.search_attributes
+    payload = {"metadata": {"encoding": b"json/plain", "type": b"KeywordList"},
+               "data": json.dumps(ids, separators=(",", ":")).encode()}
+    return {**run.search_attributes, "BuildIds": payload}
 
 
 def reply_record(action: Reply) -> Record:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.streams import events as ev
+from ostinato.streams import routing
 from ostinato.streams.actions import (
     Action,
     CancelTimer,
@@ -143,7 +144,9 @@ class Writer:
         body = self.command["body"][1]
         return (self.answered and self.eager_workflow_task is None and not action.transient
                 and isinstance(body, dict) and bool(body.get("request_eager_workflow_task"))
-                and action.run_id == self.command.get("run_id"))
+                and action.run_id == self.command.get("run_id")
+                and routing.worker_serves_workflow(self.run(action.run_id), self.config,
+                                                   routing.answering_build(body)))
 
     def reply(self, body: tuple[str, Record]) -> None:
         """Answer the command's sender, if it waits for an answer (with any activities started for it)."""

@@ -1,6 +1,7 @@
 """Who owns which shard, as processors announce it in `<prefix>.cluster` (keys `shard/<n>`), which namespaces
-are registered (keys `namespace/<name>`), their custom search attributes (keys `search_attribute/<ns>/<name>`) and the
-task queues' engine-enforced rate limits (keys `task_queue_rate_limit/<queue>`).
+are registered (keys `namespace/<name>`), their custom search attributes (keys `search_attribute/<ns>/<name>`), the
+task queues' engine-enforced rate limits (keys `task_queue_rate_limit/<queue>`) and each task queue's current and
+ramping build (keys `deployment/<ns>/<queue>`, worker versioning).
 
 Owners write their ShardOwner record inside a processing transaction, so a fenced zombie's claim is never
 visible; the latest committed record per shard is the current owner.
@@ -16,6 +17,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from ostinato.kafka.clients import reader
 from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import Topic, topic_name
+from ostinato.streams.versioning import QueueVersioning
 
 log = logging.getLogger("ostinato.ownership")
 DEFAULT_NAMESPACE = "default"
@@ -33,6 +35,8 @@ class OwnershipTable:
         self._namespaces: dict[str, dict[str, object]] = {}
         self._search_attributes: dict[str, dict[str, str]] = {}  # namespace -> name -> type
         self._rate_limits: dict[str, float] = {}  # task queue -> activities per second (only limits in force)
+        self._deployments: dict[str, dict[str, QueueVersioning]] = {}  # namespace -> task queue -> versioning
+        self.deployment_changes = 0  # grows with every change read: readers cache what they built until it moves
         self.caught_up = threading.Event()  # the topic was read to its end once
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -78,6 +82,11 @@ class OwnershipTable:
         with self._lock:
             return frozenset(self._rate_limits)
 
+    def deployments(self, namespace: str) -> dict[str, QueueVersioning]:
+        """Each task queue's current and ramping build in a namespace (worker versioning), as last set."""
+        with self._lock:
+            return dict(self._deployments.get(namespace, {}))
+
     def _run(self) -> None:
         while not self._stop.is_set():
             msg = self._consumer.poll(0.5)
@@ -91,8 +100,8 @@ class OwnershipTable:
                     self.caught_up.set()
                 continue
             key = (msg.key() or b"").decode(errors="replace")
-            if not key.startswith(("shard/", "namespace/", "search_attribute/", "task_queue_rate_limit/")) \
-                    or msg.value() is None:
+            if not key.startswith(("shard/", "namespace/", "search_attribute/", "task_queue_rate_limit/",
+                                   "deployment/")) or msg.value() is None:
                 continue
             try:
                 name, record = codec.decode(msg.value() or b"")
@@ -116,3 +125,16 @@ class OwnershipTable:
                         self._rate_limits[str(record["task_queue"])] = rate
                     else:
                         self._rate_limits.pop(str(record["task_queue"]), None)
+            elif name == wire.TASK_QUEUE_VERSIONING:
+                self._deployment(record)
+
+    def _deployment(self, record: dict[str, object]) -> None:
+        """The highest revision of a queue's versioning wins (two frontends racing both read back the winner)."""
+        found = QueueVersioning(str(record["current_build"]), str(record["ramping_build"]),
+                                float(record["ramping_percentage"]), int(record["revision"]))  # type: ignore[call-overload]
+        with self._lock:
+            queues = self._deployments.setdefault(str(record["namespace"]), {})
+            known = queues.get(str(record["task_queue"]))
+            if known is None or known.revision <= found.revision:
+                queues[str(record["task_queue"])] = found
+                self.deployment_changes += 1

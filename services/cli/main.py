@@ -27,6 +27,7 @@ from ostinato.services.admin.cluster import ClusterError, cluster_status, init_c
 from ostinato.services.cli.acl import app as acl_app
 from ostinato.services.cli.batch import app as batch_app
 from ostinato.services.cli.check import app as check_app
+from ostinato.services.cli.deployment import app as deployment_app
 from ostinato.services.cli.ingress import app as ingress_app
 from ostinato.services.cli.kafka_options import KafkaConfigOpt, use_kafka_config
 from ostinato.services.cli.operator import app as operator_app
@@ -58,6 +59,7 @@ app.add_typer(schedule_app, name="schedule")
 app.add_typer(task_queue_app, name="task-queue")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(operator_app, name="operator")
+app.add_typer(deployment_app, name="deployment")
 app.add_typer(visibility_app, name="visibility")
 app.add_typer(acl_app, name="acl")
 app.add_typer(ingress_app, name="ingress")

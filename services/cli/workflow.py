@@ -369,6 +369,10 @@ def describe(workflow_id: Annotated[str, typer.Argument()], run_id: RunOpt = "",
         f"{task.get('state', 'SCHEDULED')}, attempt {task['attempt']}, scheduled {_when(task['scheduled_time_ms'])}")
     if task is not None and task.get("last_failure"):
         summary["last task failure"] = f"{task['last_failure_cause']}: {task['last_failure']['message']}"
+    if state.get("versioning_behavior") or state.get("build_id"):  # worker versioning
+        pinned = f", pinned to {state['pinned_build']}" if state.get("pinned_build") else ""
+        summary["versioning"] = (f"{state.get('versioning_behavior') or 'unversioned'}{pinned}, last task by build "
+                                 f"{state.get('build_id') or '(none)'}")
     summary["pending activities"] = len(state.get("activities", []))
     summary["timers"] = len(state.get("timers", []))
     summary["children"] = len(state.get("children", []))
@@ -538,6 +542,17 @@ def describe_task_queue(
                       "" if age is None else f"{age / 1000:.1f}s")
     console.print(table)
     console.print(f"{len(found['workers'])} worker(s): " + ", ".join(w["client_id"] for w in found["workers"]))
+    try:  # worker versioning: where the queue's new work goes (each build has a queue of its own to describe)
+        versioning = _call(server, "GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace, safe='')}/task-queues/"
+                                          f"{urllib.parse.quote(task_queue, safe='')}/versioning")
+    except ApiError:
+        return
+    if versioning["current_build"] or versioning["ramping_build"]:
+        ramp = (f", ramping {versioning['ramping_build']} ({versioning['ramping_percentage']:g}%)"
+                if versioning["ramping_build"] else "")
+        console.print(f"current build {versioning['current_build'] or '(none)'}{ramp}: its tasks are on queue "
+                      f"{versioning['current_queue']} (ostinato task-queue describe {versioning['current_queue']})",
+                      highlight=False)
 
 
 @task_queue_app.command("set-rate-limit")

@@ -49,22 +49,26 @@ NAMESPACES = web.AppKey("namespaces", Namespaces)
 
 def config_for(table: OwnershipTable, base: Config) -> Any:
     """The processor's per-namespace settings: the base config with the namespace's retention, its registered
-    search attributes (so the core refuses unregistered ones and wrong types) and the cluster's rate-limited task
-    queues (whose activity tasks go through the rate limiter)."""
+    search attributes (so the core refuses unregistered ones and wrong types), the cluster's rate-limited task
+    queues (whose activity tasks go through the rate limiter) and its task queues' current builds (worker
+    versioning: the core routes each task by them at dispatch)."""
     from dataclasses import replace
 
-    cache: dict[tuple[str, int, frozenset[tuple[str, str]], frozenset[str]], Config] = {}
+    cache: dict[tuple[str, int, frozenset[tuple[str, str]], frozenset[str], int], Config] = {}
 
     def lookup(namespace: str) -> Config:
         record = table.namespace(namespace)
         retention = base.retention_ms if record is None else int(record["retention_ms"])  # type: ignore[call-overload]
         registry = table.search_attributes(namespace)
         limited = table.rate_limited_queues()
-        key = (namespace, retention, frozenset(registry.items()), limited)
+        # worker versioning: where each queue's tasks go now (read before the queues, so a change meanwhile misses)
+        changes = table.deployment_changes
+        key = (namespace, retention, frozenset(registry.items()), limited, changes)
         found = cache.get(key)
         if found is None:
+            deployments = table.deployments(namespace)
             found = cache[key] = replace(base, retention_ms=retention, search_attributes=registry,
-                                         rate_limited_queues=limited)
+                                         rate_limited_queues=limited, deployments=deployments or None)
         return found
 
     return lookup
@@ -142,6 +146,7 @@ def install(app: web.Application, spaces: Namespaces) -> None:
     app.router.add_post("/api/v1/namespaces", register)
     app.router.add_get("/api/v1/namespaces", list_namespaces)
     app.router.add_get("/api/v1/namespaces/{namespace}", describe)
-    from ostinato.services.frontend import search_attributes_api  # it builds on this module
+    from ostinato.services.frontend import deployments_api, search_attributes_api  # they build on this module
 
     search_attributes_api.install(app)
+    deployments_api.install(app)

@@ -324,6 +324,16 @@ def spec() -> dict[str, Any]:
                        ["search_attributes"]), 400, 404, 409, 503, params=[_NS], ok=_SEARCH_ATTRIBUTES)},
         "/api/v1/namespaces/{namespace}/workflow-count": get("How many runs match a query", [
             _NS, {"name": "query", "in": "query", "schema": {"type": "string"}}], 400),
+        "/api/v1/namespaces/{namespace}/task-queues/{task_queue}/versioning": {
+            **get("Worker versioning: the queue's current and ramping build (where new and auto-upgrade workflow tasks "
+                  "go)", [_NS, {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}],
+                  404),
+            **post("Change the queue's current build (`current_build`) or ramping build (`ramping_build`, "
+                   "`ramping_percentage` 0-100; an empty build ends the ramp); fields left out keep their value",
+                   _obj({"current_build": {"type": "string"}, "ramping_build": {"type": "string"},
+                         "ramping_percentage": {"type": "number"}}, []), 400, 404, 503,
+                   params=[_NS, {"name": "task_queue", "in": "path", "required": True,
+                                 "schema": {"type": "string"}}])},
         "/api/v1/namespaces/{namespace}/task-queues/{task_queue}": get(
             "A task queue's backlog, oldest waiting task and workers",
             [_NS, {"name": "task_queue", "in": "path", "required": True, "schema": {"type": "string"}}], 400, 503),

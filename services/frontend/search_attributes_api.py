@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ostinato.connectors.query import SYSTEM_ATTRIBUTES
+from ostinato.connectors.query import ENGINE_ATTRIBUTES, SYSTEM_ATTRIBUTES
 from ostinato.schemas import codec, wire
 from ostinato.schemas.keys import join_key
 from ostinato.schemas.topics import Topic, topic_name
@@ -33,6 +33,7 @@ def registry(app: web.Application, namespace: str) -> dict[str, str] | None:
 
 def _listing(spaces: Namespaces, namespace: str) -> dict[str, Any]:
     system = {name: attr.type.value for name, attr in SYSTEM_ATTRIBUTES.items()}
+    system.update({name: sa_type.value for name, sa_type in ENGINE_ATTRIBUTES.items()})  # BuildIds
     return {"namespace": namespace, "custom_attributes": dict(sorted(spaces.search_attributes(namespace).items())),
             "system_attributes": system}
 

@@ -40,6 +40,7 @@ from ostinato.streams.model import RunState, Workflow, decode_current, decode_ru
 from ostinato.streams.perform import EgressRefused, RecordTooLarge, perform
 from ostinato.streams.quarantine import quarantinable, quarantine, quarantined_message
 from ostinato.streams.records import HistorySequence
+from ostinato.streams.versioning import unversioned_queue
 
 Record = dict[str, Any]
 CACHE_SIZE = 10_000  # decoded workflows kept per shard between batches
@@ -427,7 +428,8 @@ class _ShardOutbox:
     def activity_task(self, task_queue: str, namespace: str, workflow_id: str, activity_id: str,
                       task: Record) -> None:
         key = activity_task_key(namespace, workflow_id, activity_id)
-        if task_queue in self.config(namespace).rate_limited_queues:
+        limited = self.config(namespace).rate_limited_queues
+        if task_queue in limited or (limited and unversioned_queue(task_queue) in limited):
             # Held for the servers' rate limiter, which releases it into the task topic at the queue's rate in a
             # transaction of its own (services/ratelimit): no worker reads the held topic.
             t = self._shard.topology

@@ -24,6 +24,7 @@ from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas.partitioner import partition_for
 from ostinato.schemas.topics import TaskKind, held_topic_pattern, queue_of_held_topic, task_topic_name
 from ostinato.streams.rate import TokenBucket, share
+from ostinato.streams.versioning import unversioned_queue
 
 # The limiter's bucket holds half a second of the rate: a round (fetch, produce, commit) can take that long on a busy
 # server, and a smaller bucket would drop the tokens earned meanwhile, holding the queue below its limit.
@@ -167,7 +168,8 @@ class RateLimiter(TransactionalLoop):
 
     def _allow(self, queue: str, now: float, owned: Mapping[str, tuple[int, int]]) -> bool:
         """Whether one more task of `queue` may go now (taking its token)."""
-        limit = self.limits().get(queue)
+        limits = self.limits()
+        limit = limits.get(queue) or limits.get(unversioned_queue(queue))  # a build's tasks: its queue's limit
         mine, total = owned.get(queue, (1, 1))
         rate = share(limit, mine, total) if limit else 0.0
         if rate <= 0:

@@ -5,5 +5,6 @@
 from ostinato.schemas.payloads import Payload
 from ostinato.sdk.common import *  # noqa: F403
 from ostinato.sdk.common import __all__ as _names
+from ostinato.sdk.versioning import VersioningBehavior, WorkerDeploymentVersion
 
-__all__ = [*_names, "Payload"]
+__all__ = [*_names, "Payload", "VersioningBehavior", "WorkerDeploymentVersion"]

@@ -77,6 +77,23 @@ def completed(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     _finish(wf, run_id)
 
 
+@applier(ev.WORKFLOW_TASK_COMPLETED, 2)
+def completed_v2(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
+    """Version 1, and worker versioning: the completing worker's build and declared behaviour; the first PINNED
+    completion pins the run to its build, an AUTO_UPGRADE one unpins it (Temporal lets a run's behaviour change)."""
+    run = wf.runs[run_id]
+    run.last_workflow_task_started_event_id = attrs["started_event_id"]
+    _finish(wf, run_id)
+    behavior = attrs.get("versioning_behavior") or ""
+    run.build_id = attrs["build_id"]
+    if behavior:
+        run.versioning_behavior = behavior
+        if behavior == "PINNED" and not run.pinned_build:
+            run.pinned_build = attrs["build_id"]
+        elif behavior != "PINNED":
+            run.pinned_build = ""
+
+
 @applier(ev.WORKFLOW_TASK_FAILED)
 def failed(wf: Workflow, run_id: str, attrs: Record, event: Record) -> None:
     _finish(wf, run_id)

@@ -13,6 +13,7 @@ from typing import Any
 from ostinato.schemas import wire
 from ostinato.schemas.topics import task_queue_problem
 from ostinato.streams import events as ev
+from ostinato.streams import routing
 from ostinato.streams.actions import DispatchActivityTask, EagerActivity, Publish, UpsertVisibility
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import fitting
@@ -158,7 +159,9 @@ def schedule_activity(w: Writer, run_id: str, c: Record, completed_id: int) -> N
         "heartbeat_timeout_ms": c["heartbeat_timeout_ms"], "workflow_task_completed_event_id": completed_id,
         "retry_policy": with_defaults(c["retry_policy"])})
     queue = c["task_queue"] or run.task_queue
-    if c.get("request_eager_execution") and w.answered and queue not in w.config.rate_limited_queues:
+    if c.get("request_eager_execution") and w.answered and queue not in w.config.rate_limited_queues \
+            and routing.worker_serves_activity(run, ev.attributes(event)["task_queue"], w.config,
+                                               routing.answering_build(w.command["body"][1])):
         # Eager activity dispatch: the worker answering this task runs the first attempt itself. It is started
         # for that worker here, as RecordActivityTaskStarted would, and handed back in the reply; from now on
         # the attempt's timeouts protect it exactly as for a task taken off the activity topic. Not on a

@@ -58,7 +58,8 @@ def schedule_workflow_task(w: Writer, run_id: str, attempt: int | None = None) -
 
 
 def schedule_transient_task(w: Writer, run_id: str, attempt: int, speculative: bool = False,
-                            last_failure: Record | None = None, last_failure_cause: str = "") -> None:
+                            last_failure: Record | None = None, last_failure_cause: str = "",
+                            max_delay_ms: int | None = None) -> None:
     """Retry a failed or timed-out workflow task without writing its scheduled/started events.
 
     The second attempt goes out at once; later ones back off exponentially, so a workflow waiting for fixed code
@@ -74,6 +75,8 @@ def schedule_transient_task(w: Writer, run_id: str, attempt: int, speculative: b
         cfg = w.config
         delay = exponential_backoff_ms(cfg.workflow_task_retry_initial_ms, 2.0, cfg.workflow_task_retry_max_ms,
                                        attempt - 2)
+        if max_delay_ms is not None:
+            delay = min(delay, max_delay_ms)
     run.workflow_task = WorkflowTaskState(
         scheduled_event_id=run.next_event_id, started_event_id=run.next_event_id + 1, attempt=attempt,
         task_queue=run.task_queue, scheduled_time_ms=w.now_ms, started_time_ms=w.now_ms + delay,

@@ -6,6 +6,7 @@ from typing import Any
 
 from ostinato.schemas import wire
 from ostinato.streams import events as ev
+from ostinato.streams.actions import UpsertVisibility
 from ostinato.streams.deciders import updates
 from ostinato.streams.deciders.commands import CLOSING, HANDLERS, validate_commands
 from ostinato.streams.deciders.common import (
@@ -18,6 +19,7 @@ from ostinato.streams.deciders.common import (
 )
 from ostinato.streams.failures import failure as make_failure
 from ostinato.streams.model import RunState
+from ostinato.streams.routing import run_build_ids, waits_for_build
 from ostinato.streams.writer import Step, Writer
 
 Record = dict[str, Any]
@@ -73,9 +75,13 @@ def completed(w: Writer, body: Record) -> Step:
         return w.step
     more_to_see = task.new_events_while_started
     started_event_id = record_start(w, run, reported)
+    builds_before = run_build_ids(run)
     done = w.append(run.run_id, ev.WORKFLOW_TASK_COMPLETED, {
         "scheduled_event_id": task.scheduled_event_id, "started_event_id": started_event_id,
-        "identity": w.command["identity"], "build_id": body["build_id"], "sdk_flags": body["sdk_flags"]})
+        "identity": w.command["identity"], "build_id": body["build_id"], "sdk_flags": body["sdk_flags"],
+        "versioning_behavior": body.get("versioning_behavior") or ""})
+    if run_build_ids(w.run(run.run_id)) != builds_before:  # drain visibility: `BuildIds` changed
+        w.act(UpsertVisibility(run.namespace, run.workflow_id, run.run_id))
     for name, attrs in commands:
         HANDLERS[name](w, run.run_id, attrs, done["event_id"])
     _settle_updates(w, run.run_id, carried, rejections)
@@ -142,5 +148,9 @@ def _end_and_retry(w: Writer, run: RunState, event_type: str, attrs: Record, *, 
                                           "started_event_id": started_event_id, **attrs})
     failure = attrs.get("failure") or make_failure(f"workflow task timed out ({attrs.get('timeout_type', '')})",
                                                     "TIMEOUT")
+    # A task no worker answered, on a build's topic: the build's workers may be gone for a while (a pinned run waits
+    # for its build to come back), so the retry backs off no longer than one task timeout: the run resumes within
+    # about two timeouts of the build's return, not after the usual backoff of up to ten minutes.
+    cap = task.timeout_ms if not started and waits_for_build(run, w.config) else None
     schedule_transient_task(w, run.run_id, task.attempt + 1, last_failure={**failure, "stack_trace": failure.get(
-        "stack_trace", "")[:4000]}, last_failure_cause=attrs.get("cause", "TIMED_OUT"))
+        "stack_trace", "")[:4000]}, last_failure_cause=attrs.get("cause", "TIMED_OUT"), max_delay_ms=cap)

@@ -24,7 +24,7 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas.keys import shard_for
 from ostinato.services.admin.cluster import init_cluster
 from ostinato.services.frontend.ui.pages import CHAIN_LIMIT
-from tests.browser.ui_app import NOBODY, QUEUE
+from tests.browser.ui_app import NOBODY, QUEUE, VERSIONED_QUEUE
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess, two_servers
 
@@ -95,15 +95,16 @@ def served(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
     init_cluster(kafka.bootstrap, prefix, shards=SHARDS)
     home: Path = tmp_path_factory.mktemp("ui")
     server = ServerProcess(kafka.bootstrap, prefix, home / "data", home / "server.log").start()
-    worker: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = []
     try:
         server.wait_owning(SHARDS)
         with (home / "worker.log").open("ab") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "ostinato", "worker", "tests.browser.ui_app:worker",
-                                       "--server", server.url], stdout=log, stderr=subprocess.STDOUT)
+            for target in ("tests.browser.ui_app:worker", "tests.browser.ui_app:versioned_worker"):
+                workers.append(subprocess.Popen([sys.executable, "-m", "ostinato", "worker", target, "--server",
+                                                 server.url], stdout=log, stderr=subprocess.STDOUT))
         yield server
     finally:
-        if worker is not None:
+        for worker in workers:
             worker.terminate()
             worker.wait(30)
         server.stop()
@@ -339,6 +340,28 @@ def test_task_queue_namespaces_and_cluster_pages(served: ServerProcess, page: Pa
     expect(page.locator("main")).not_to_contain_text("No worker is in the queue's group")
     page.goto(f"{served.url}/ui/namespaces/default/workflows/no-such-parcel")
     expect(page.locator("#run .error")).to_contain_text("no workflow 'no-such-parcel'")  # the API's 404, in place
+
+
+def test_a_queue_shows_its_builds_and_a_run_its_versioning(served: ServerProcess, page: Page) -> None:
+    """Worker versioning in the UI: the task queue page shows the current and ramping build with the drain query;
+    a run answered by the versioned worker shows its behaviour and build."""
+    base = f"{served.url}/api/v1/namespaces/default/task-queues/{VERSIONED_QUEUE}/versioning"
+    assert call(base, "POST", {"current_build": "ui-v1"})[0] == 200
+    status, body = call(base, "POST", {"ramping_build": "ui-v2", "ramping_percentage": 0.01})
+    assert status == 200 and body["ramping_build"] == "ui-v2", body
+    workflow_id = "ui-versioned-" + uuid.uuid4().hex[:6]
+    status, body = call(f"{served.url}/api/v1/namespaces/default/workflows", "POST", {
+        "workflow_id": workflow_id, "workflow_type": "Parcel", "task_queue": VERSIONED_QUEUE,
+        "input": [{"id": "versioned"}]})
+    assert status == 201, body
+    page.goto(f"{served.url}/ui/namespaces/default/task-queues/{VERSIONED_QUEUE}")
+    expect(page.locator("#task-queue-versioning")).to_contain_text("ui-v1")
+    expect(page.locator("#task-queue-versioning")).to_contain_text("ui-v2")
+    page.get_by_role("link", name="Running runs pinned to build ui-v1").click()
+    expect(page).to_have_url(re.compile(r"BuildIds"))
+    page.goto(f"{served.url}/ui/namespaces/default/workflows/{workflow_id}")
+    expect(page.locator("#run-versioning")).to_contain_text("AUTO_UPGRADE; last task by build ui-v1")
+    page.screenshot(path=str(SCREENSHOTS / "versioning.png"), full_page=True)
 
 
 def test_with_auth_on_the_ui_asks_for_a_token_and_the_api_roles_apply(

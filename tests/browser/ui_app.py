@@ -105,3 +105,7 @@ class Relay:
 
 worker = {"task_queue": QUEUE, "workflows": [Parcel, Chore, Household, Nursery, Relay], "activities": [weigh]}
 WORKFLOWS = [Parcel, Chore, Household, Nursery, Relay]
+# Worker versioning: a versioned worker of build ui-v1 on its own queue (the test makes ui-v1 current first).
+VERSIONED_QUEUE = "ui-versioned"
+versioned_worker = {"task_queue": VERSIONED_QUEUE, "workflows": [Parcel], "build_id": "ui-v1",
+                    "use_worker_versioning": True}

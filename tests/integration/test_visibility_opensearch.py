@@ -24,6 +24,8 @@ from tests.unit.test_visibility_sqlite import (
     QUERIES,
     T0,
     TYPES,
+    build_id_records,
+    check_build_id_queries,
     expressions,
     generate,
     record,
@@ -243,3 +245,10 @@ def test_pages_neither_repeat_nor_skip_when_runs_change_between_pages(store: Ope
     put(store, record("w9", start_time_ms=T0 - 1))
     page, token = store.list(NS, "ORDER BY StartTime", page_size=3, next_page_token=token)
     assert [r["workflow_id"] for r in page] == ["w3", "w4", "w5"] and token is None
+
+
+def test_build_ids_answer_the_drain_query(store: OpenSearchVisibilityStore) -> None:
+    """Worker versioning's drain query, as on SQLite (`BuildIds` is a KeywordList the engine sets)."""
+    for rec in build_id_records():
+        put(store, rec)
+    check_build_id_queries(store)

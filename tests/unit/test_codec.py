@@ -122,6 +122,7 @@ def test_union_branches_keep_their_names_when_an_older_writer_is_resolved() -> N
     info = registry.add_writer_schema(old)
     completion = ("ostinato.command.RespondWorkflowTaskCompleted", {
         "scheduled_event_id": 3, "attempt": 1, "force_create_new_task": False, "sdk_flags": [], "build_id": "b",
+        "versioning_behavior": "",
         "started_time_ms": 2, "rejected_updates": [], "commands": [
             ("ostinato.command.StartTimerCommand", {"timer_id": "t", "start_to_fire_timeout_ms": 5}),
             ("ostinato.command.CancelTimerCommand", {"timer_id": "t"}),
@@ -142,7 +143,7 @@ def test_the_worked_example_in_the_schemas_readme_is_current() -> None:
     from ostinato.schemas import partition_for
 
     readme = (Path(__file__).parents[2] / "schemas" / "README.md").read_text()
-    block = readme.split("value = 84 bytes:\n", 1)[1].split("```", 1)[0]
+    block = readme.split("value = 85 bytes:\n", 1)[1].split("```", 1)[0]
     shown = bytes.fromhex("".join(m.group(0) for line in block.splitlines()
                                   if (m := re.match(r"(?:[0-9a-f]{2} )+", line + " "))))
     record = {
@@ -153,7 +154,7 @@ def test_the_worked_example_in_the_schemas_readme_is_current() -> None:
             "result": [{"metadata": {"encoding": b"json/plain"}, "data": b'"ok"'}]}),
     }
     assert encode("ostinato.command.Command", record) == shown
-    assert len(shown) == 84
+    assert len(shown) == 85
     assert (partition_for("default/order-1", 4), partition_for("default/order-1", 16)) == (1, 13)
 
 

@@ -15,6 +15,7 @@ from ostinato.services.ratelimit.forwarder import take_released
 from ostinato.streams.config import Config
 from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.rate import TokenBucket, share
+from ostinato.streams.versioning import unversioned_queue, versioned_queue
 from tests.unit.core.test_eager_activities import schedule, started
 from tests.unit.core.test_engine import Q, activity_task, assert_replays, body
 
@@ -119,3 +120,11 @@ def test_a_rate_limited_queue_gets_no_eager_activities() -> None:
     assert body(reply)[0] == "Accepted" and reply["activity_tasks"] == []  # type: ignore[index]
     assert [activity_task(engine)["activity_id"] for _ in range(2)] == ["a", "b"]
     assert_replays(engine)
+
+
+def test_a_queue_s_limit_holds_its_builds_tasks_too() -> None:
+    """Worker versioning routes a pinned run's activities to `q.build-A`: the limit of `q` must still hold them."""
+    assert unversioned_queue(versioned_queue("orders", "2026-06-01")) == "orders"
+    assert unversioned_queue("orders") == "orders"
+    held = held_topic_name("p", versioned_queue("orders", "A"))
+    assert queue_of_held_topic("p", held) == "orders.build-A"

@@ -387,3 +387,38 @@ def test_random_queries_match_brute_force(loaded: tuple[SqliteVisibilityStore, A
         if token is None:
             break
     assert got == expected
+
+
+# ---------------------------------------------------------------------------------------------------- drain
+
+
+def build_id_records() -> list[dict[str, Any]]:
+    """Visibility records as the engine builds them for runs answered by versioned workers (`BuildIds`)."""
+    from ostinato.streams.model import RunState
+    from ostinato.streams.records import visibility_record
+
+    def run(workflow_id: str, status: str, behavior: str, pinned: str, last: str) -> dict[str, Any]:
+        state = RunState(namespace=NS, workflow_id=workflow_id, run_id="run-1", workflow_type="Order",
+                         task_queue="orders", status=status, start_time_ms=T0, execution_time_ms=T0,
+                         task_timeout_ms=10_000, first_execution_run_id="run-1", next_event_id=5,
+                         versioning_behavior=behavior, pinned_build=pinned, build_id=last)
+        return visibility_record(state, 10)
+
+    return [run("p1", "RUNNING", "PINNED", "A", "A"), run("p2", "COMPLETED", "PINNED", "A", "A"),
+            run("p3", "RUNNING", "PINNED", "B", "B"), run("u1", "RUNNING", "AUTO_UPGRADE", "", "B"),
+            run("plain", "RUNNING", "", "", "")]
+
+
+def check_build_id_queries(store: Any) -> None:
+    """What an operator asks before stopping build A's workers, on either store."""
+    assert store.count(NS, "BuildIds = 'pinned:A' AND ExecutionStatus = 'Running'") == 1
+    assert store.count(NS, "BuildIds = 'pinned:A'") == 2
+    assert sorted(ids(store.list(NS, "BuildIds = 'versioned:B'")[0])) == ["p3", "u1"]
+    assert store.count(NS, "BuildIds IN ('pinned:A', 'pinned:B') AND ExecutionStatus = 'Running'") == 2
+    assert store.count(NS, "BuildIds IS NULL") == 1  # never answered by a versioned worker
+
+
+def test_build_ids_answer_the_drain_query(store: SqliteVisibilityStore) -> None:
+    for rec in build_id_records():
+        put(store, rec)
+    check_build_id_queries(store)

@@ -342,7 +342,10 @@ async def task_queue_part(request: web.Request) -> web.Response:
     answer = await request.app[API].get(request, f"{_api_base(request)}/task-queues/{q(name)}")
     if not answer.ok:
         return failed(request, answer, "The task queue cannot be described")
-    return render(request, "parts/task_queue.html", tq=answer.body)
+    # worker versioning: the queue's current and ramping build (absent when the server tracks no namespaces)
+    versioning = await request.app[API].get(request, f"{_api_base(request)}/task-queues/{q(name)}/versioning")
+    return render(request, "parts/task_queue.html", tq=answer.body, ns=request.match_info["namespace"],
+                  versioning=versioning.body if versioning.ok else None)
 
 
 async def namespaces_part(request: web.Request) -> web.Response:

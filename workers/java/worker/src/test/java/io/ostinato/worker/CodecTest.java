@@ -62,9 +62,9 @@ class CodecTest {
                 .set("reply_partition", null).set("body", body).build();
         byte[] bytes = codec.encode(command);
         String body64 = "0e64656661756c74 0e6f726465722d31 0834663163 06722d31 10776f726b65722d37 80b0fbe6d966 00 10"
-                + " 0a 02 02 0210656e636f64696e67 146a736f6e2f706c61696e 00 08226f6b22 00 00";
+                + " 0a 02 02 0210656e636f64696e67 146a736f6e2f706c61696e 00 08226f6b22 00 00 00";
         byte[] expected = HexFormat.of().parseHex(body64.replace(" ", ""));
-        assertEquals(84, bytes.length);
+        assertEquals(85, bytes.length);
         assertArrayEquals(new byte[] {(byte) 0xc3, 0x01}, Arrays.copyOf(bytes, 2));
         assertArrayEquals(fingerprint(schemas.schema("ostinato.command.Command")), Arrays.copyOfRange(bytes, 2, 10));
         assertArrayEquals(expected, Arrays.copyOfRange(bytes, 10, bytes.length));
