@@ -327,7 +327,8 @@ def reset(workflow_id: Annotated[str, typer.Argument()],
           event_id: Annotated[int, typer.Option("--event-id", help="a WORKFLOW_TASK_COMPLETED event id")] = 0,
           reset_type: Annotated[str, typer.Option("--type", help="first or last (workflow task)")] = "",
           reason: Annotated[str, typer.Option()] = "", run_id: Annotated[str, typer.Option("--run-id")] = "",
-          no_reapply: Annotated[bool, typer.Option("--no-reapply", help="drop signals after the point")] = False,
+          no_reapply: Annotated[bool, typer.Option("--no-reapply",
+                                                   help="drop signals and updates after the point")] = False,
           server: ServerOpt = DEFAULT_SERVER, namespace: NamespaceOpt = "default", output: OutputOpt = "table",
           ) -> None:
     """Start a new run from a completed workflow task of this one (its code runs again from there)."""

@@ -1,6 +1,7 @@
 """The reset decider (Temporal's ResetWorkflowExecution): a new run of the workflow whose history is a copy of a run's
 up to a completed workflow task, then a failed task (cause RESET_WORKFLOW), the signals received after the cut, and
-a fresh workflow task, so the workflow continues from that point with whatever code its workers run now.
+a fresh workflow task, so the workflow continues from that point with whatever code its workers run now. Updates
+accepted after the cut are admitted again (carried by that task), as Temporal re-applies signals and updates.
 
 ```
   base run:  1 STARTED ... k WFT_STARTED  k+1 WFT_COMPLETED ... SIGNALED ... (terminated if still open)
@@ -67,10 +68,19 @@ def reset(w: Writer, body: Record) -> Step:
         "scheduled_event_id": task.scheduled_event_id, "started_event_id": cut, "cause": "RESET_WORKFLOW",
         "failure": failure(f"reset from run {base.run_id}: {reason}"), "identity": identity,
         "base_run_id": base.run_id, "new_run_id": new_id})
-    if body["reapply_signals"]:
+    if body["reapply_signals"]:  # Temporal's default reapply type: signals and updates
+        readmitted: list[Record] = []
         for event in history[cut:]:
             if event["event_type"] == ev.WORKFLOW_EXECUTION_SIGNALED:
                 w.append(new_id, ev.WORKFLOW_EXECUTION_SIGNALED, dict(ev.attributes(event)))
+            elif event["event_type"] == ev.WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+                # An update the base run accepted after the cut is admitted again (state, not history, as any
+                # admitted update), so the new code runs its handler; its caller's wait ended with the base run.
+                a = ev.attributes(event)
+                readmitted.append({"update_id": a["update_id"], "name": a["name"], "input": a["input"],
+                                   "header": a["header"], "admitted_time_ms": w.now_ms, "delivered_task": 0})
+        if readmitted:
+            w.edit(new_id).admitted_updates = [*w.run(new_id).admitted_updates, *readmitted]
     run = w.run(new_id)
     for activity in sorted(run.activities.values(), key=lambda a: a.scheduled_event_id):
         w.act(DispatchActivityTask(ns, wf, new_id, activity.scheduled_event_id, activity.attempt))

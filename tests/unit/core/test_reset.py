@@ -125,3 +125,30 @@ def test_reset_with_a_child_in_flight_is_refused() -> None:
     engine.complete_workflow_task(workflow_task(engine))
     kind, record = body(engine.reset(NS, WF, reset_type="LAST_WORKFLOW_TASK"))
     assert (kind, record["code"]) == ("Rejected", "INVALID_ARGUMENT"), record
+
+
+def test_reset_readmits_updates_accepted_after_the_cut_so_the_new_code_handles_them() -> None:
+    """Temporal's default reapply type re-applies updates too: the new run's first task carries the update the base
+    run accepted after the point; without reapply it does not."""
+    from ostinato.schemas import wire
+
+    for reapply in (True, False):
+        engine = InMemoryEngine()
+        wf = f"{WF}-{reapply}"
+        base = started_run_id(engine.start_workflow(NS, wf, "Order", Q))
+        engine.complete_workflow_task(workflow_task(engine), [TIMER])
+        engine.submit(wire.command(NS, wf, ("ostinato.command.UpdateWorkflowExecution", {
+            "update_id": "u1", "name": "add", "input": [payload("3")], "header": {}, "first_execution_run_id": ""}),
+            run_id=base, request_id="upd-1", identity="client", time_ms=engine.clock.now_ms))
+        engine.run_until_idle()
+        engine.complete_workflow_task(workflow_task(engine), [("AcceptUpdateCommand", {"update_id": "u1"})])
+        assert ev.WORKFLOW_EXECUTION_UPDATE_ACCEPTED in types(engine.history(NS, wf, base))
+        first = _completed_ids(engine.history(NS, wf, base))[0]
+        kind, record = body(engine.reset(NS, wf, event_id=first, reapply_signals=reapply))
+        assert kind == "Accepted", record
+        new = record["run_id"]
+        run = engine.workflow(NS, wf).runs[new]  # type: ignore[union-attr]
+        assert [u["update_id"] for u in run.admitted_updates] == (["u1"] if reapply else [])
+        task = _task_of(engine, new)
+        assert [u["update_id"] for u in task.get("updates") or []] == (["u1"] if reapply else [])
+        assert ev.WORKFLOW_EXECUTION_UPDATE_ACCEPTED not in types(engine.history(NS, wf, new))
