@@ -879,8 +879,9 @@ class WorkflowHandle:
         """Reset this run (Ostinato's own API; temporalio has none on the handle): start a new run of the workflow
         whose history is this run's up to a WORKFLOW_TASK_COMPLETED event (`event_id`, or `reset_type` FIRST or
         LAST_WORKFLOW_TASK), then continue it with the code the workers run now. Signals received after that point
-        (and updates accepted after it) are delivered again unless `reapply` is False; the workflow's current run, if open, is terminated, and
-        `describe().reset_run_id` of this run names the new one. Returns the new run's id.
+        (and updates accepted after it) are delivered again unless `reapply` is False; the workflow's current run,
+        if open, is terminated, and `describe().reset_run_id` of this run names the new one. Returns the new run's
+        id.
         """
         return await reset_run(self.client.service, self.client.namespace, self.id, self.run_id or "",
                                self.client.identity, reset_body(event_id, reset_type, reason, reapply), request_id)
