@@ -20,9 +20,13 @@ from ostinato.schemas.wire import REJECTED, command_type
 from ostinato.sdk import activity, workflow
 from ostinato.sdk.common import RetryPolicy
 from ostinato.sdk.exceptions import ActivityError, CancelledError
+from ostinato.streams.schedules import SCHEDULE_WORKFLOW_TYPE
 
 Record = dict[str, Any]
 BATCH_WORKFLOW_TYPE = "ostinato.BatchOperation"
+# Runs of the engine's own that a query may select but no batch acts on: batch jobs and schedules (which the
+# schedules API manages; terminating one would delete the schedule).
+ENGINE_TYPES = frozenset({BATCH_WORKFLOW_TYPE, SCHEDULE_WORKFLOW_TYPE})
 BATCH_TASK_QUEUE = "ostinato-batch"
 PAGE_SIZE = 1000  # run ids per page of the query: one activity result, far under the payload limit
 MAX_CHUNK = 200  # commands per activity when no rate limit is set
@@ -49,6 +53,10 @@ class BatchOperation:
 
     @workflow.run
     async def run(self, spec: Record) -> Record:
+        # The job acts in its own namespace under its own id, whatever the spec says: the server's batch worker
+        # calls the API with a token that may write every namespace, so the job's namespace is its authority.
+        info = workflow.info()
+        spec = {**spec, "namespace": info.namespace, "job_id": info.workflow_id}
         options: Record = {"start_to_close_timeout": ACTIVITY_TIMEOUT, "retry_policy": _RETRY}
         rps = float(spec.get("rps") or 0)
         chunk = max(1, min(MAX_CHUNK, int(rps))) if rps else MAX_CHUNK
@@ -95,7 +103,7 @@ def batch_activities(client: Any) -> list[Callable[..., Awaitable[Any]]]:
         spec = args["spec"]
         rows, token = await service.list_page(spec["namespace"], spec["query"], PAGE_SIZE, args["token"])
         targets = [[r["workflow_id"], r["run_id"]] for r in rows
-                   if r["workflow_type"] != BATCH_WORKFLOW_TYPE and r["workflow_id"] != spec["job_id"]]
+                   if r["workflow_type"] not in ENGINE_TYPES and r["workflow_id"] != spec["job_id"]]
         return {"targets": targets, "token": token}
 
     @activity.defn(name="ostinato.batch.act")

@@ -36,6 +36,10 @@ __all__ = [
     "summarize",
 ]
 
+# Runs of the engine's own: a schedule's run has no workflow code, a batch job's is the server's. The gate leaves
+# them out unless named with --workflow-type, or it would fail every deploy while a schedule exists.
+ENGINE_WORKFLOW_TYPES = frozenset({"ostinato-schedule", "ostinato.BatchOperation"})
+
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
@@ -62,6 +66,8 @@ class SamplePlan:
     workflow_types: frozenset[str] = field(default_factory=frozenset)  # empty: every type
 
     def wants(self, summary: RunSummary) -> bool:
+        if not self.workflow_types and summary.workflow_type in ENGINE_WORKFLOW_TYPES:
+            return False  # the engine's own runs (schedules, batch jobs): no user code replays them
         return ((not self.workflow_types or summary.workflow_type in self.workflow_types)
                 and (self.since_ms is None or summary.last_ms >= self.since_ms))
 

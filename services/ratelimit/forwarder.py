@@ -168,30 +168,35 @@ class RateLimiter(TransactionalLoop):
 
     def _allow(self, queue: str, now: float, owned: Mapping[str, tuple[int, int]]) -> bool:
         """Whether one more task of `queue` may go now (taking its token)."""
+        # A build's tasks (`q.build-A`, worker versioning) share their queue's limit and its one bucket, so two
+        # builds draining at once release the queue's rate, not twice it.
+        base = unversioned_queue(queue)
         limits = self.limits()
-        limit = limits.get(queue) or limits.get(unversioned_queue(queue))  # a build's tasks: its queue's limit
-        mine, total = owned.get(queue, (1, 1))
+        limit = limits.get(base) or limits.get(queue)
+        mine, total = owned.get(base, (1, 1))
         rate = share(limit, mine, total) if limit else 0.0
         if rate <= 0:
-            self.buckets.pop(queue, None)
+            self.buckets.pop(base, None)
             return True
-        bucket = self.buckets.get(queue)
+        bucket = self.buckets.get(base)
         if bucket is None:
-            bucket = self.buckets[queue] = TokenBucket.per_second(rate, now, BURST_S)
+            bucket = self.buckets[base] = TokenBucket.per_second(rate, now, BURST_S)
         elif bucket.rate != rate:
             bucket.set_rate(rate, now, BURST_S)
         return bucket.take(now)
 
     def _owned(self, assignment: list[TopicPartition]) -> dict[str, tuple[int, int]]:
-        """Per queue: how many of its held topic's partitions this limiter owns, and how many there are."""
+        """Per queue (its builds' held topics counted with it): how many of its held partitions this limiter owns,
+        and how many there are in the topics it owns any of."""
         counts: dict[str, int] = {}
         for tp in assignment:
             counts[tp.topic] = counts.get(tp.topic, 0) + 1
-        out = {}
+        out: dict[str, tuple[int, int]] = {}
         for topic, mine in counts.items():
             queue = queue_of_held_topic(self.prefix, topic)
             if queue is not None:
-                out[queue] = (mine, self._partition_count(topic))
+                had_mine, had_total = out.get(unversioned_queue(queue), (0, 0))
+                out[unversioned_queue(queue)] = (had_mine + mine, had_total + self._partition_count(topic))
         return out
 
     def _partition_count(self, topic: str) -> int:
@@ -203,8 +208,9 @@ class RateLimiter(TransactionalLoop):
     def _poll_timeout(self) -> float:
         """Idle: wait for tasks. Tasks waiting: only until the first of their buckets has a token."""
         now = self.clock()
-        waits = [self.buckets[q].wait(now) for q in {queue_of_held_topic(self.prefix, t) for (t, _), tasks
-                                                     in self.waiting.items() if tasks} if q in self.buckets]
+        queues = {unversioned_queue(q) for (t, _), tasks in self.waiting.items()
+                  if tasks and (q := queue_of_held_topic(self.prefix, t)) is not None}
+        waits = [self.buckets[q].wait(now) for q in queues if q in self.buckets]
         if not waits:
             return MIN_POLL_S if any(self.waiting.values()) else IDLE_POLL_S
         return max(MIN_POLL_S, min(IDLE_POLL_S, min(waits)))

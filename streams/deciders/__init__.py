@@ -11,6 +11,7 @@ from typing import Any
 from ostinato.schemas import wire
 from ostinato.streams.config import Config
 from ostinato.streams.model import Workflow
+from ostinato.streams.schedules import schedule_id_of
 from ostinato.streams.writer import HistoryReader, Step, Writer, no_history
 
 Record = dict[str, Any]
@@ -62,6 +63,11 @@ def _deciders() -> dict[str, Decider]:
 
 
 _DECIDERS: dict[str, Decider] = {}
+# What clients send to a workflow: refused for a schedule's own run, which only the schedule commands change.
+_CLIENT_COMMANDS = frozenset(wire.command_type(n) for n in (
+    "StartWorkflowExecution", "SignalWithStartWorkflowExecution", "SignalWorkflowExecution",
+    "RequestCancelWorkflowExecution", "TerminateWorkflowExecution", "QueryWorkflow", "UpdateWorkflowExecution",
+    "UpdateWithStartWorkflowExecution", "ResetWorkflowExecution"))
 
 
 def decide(workflow: Workflow, command: Record, now_ms: int, config: Config, offset: int = 0,
@@ -82,6 +88,11 @@ def decide(workflow: Workflow, command: Record, now_ms: int, config: Config, off
         return writer.reject("UNKNOWN_TYPE", f"no decider for {name}")
     if (command["namespace"], command["workflow_id"]) != (workflow.namespace, workflow.workflow_id):
         return writer.reject("WRONG_SHARD", "command addressed to another workflow than the one given")
+    if name in _CLIENT_COMMANDS and schedule_id_of(workflow.workflow_id) is not None \
+            and not body.get("external") and not body.get("parent"):
+        return writer.reject("INVALID_ARGUMENT", f"{workflow.workflow_id} is the run of schedule "
+                             f"{schedule_id_of(workflow.workflow_id)!r}: use the schedules API (client."
+                             "get_schedule_handle, ostinato schedule ...) to change it")
     step = decider(writer, body)
     if step.rejection is not None or step is not writer.step:
         return step  # a rejection changes nothing; a decider that composes other decisions (redrive) is done

@@ -242,6 +242,8 @@ def enforce_history_limit(w: Writer, run_id: str) -> None:
     """Terminate a run whose history reached the hard cap, saying why (continue-as-new avoids it)."""
     run = w.run(run_id)
     cap = w.config.limits.history_max_events
+    if run.schedule is not None:
+        return  # a schedule cannot continue-as-new: terminating it would delete it (its history grows instead)
     if run.open and run.history_length >= cap:
         close_run(w, run_id, ev.WORKFLOW_EXECUTION_TERMINATED, {
             "reason": f"history reached {run.history_length} events, the limit is {cap} (history_max_events); "

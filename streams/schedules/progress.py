@@ -41,6 +41,8 @@ class Draft:
         definition: Record = info["definition"]
         return definition
 
+MAX_BUFFERED = 1_000  # actions waiting behind a running one (BUFFER_ALL); beyond, they count as skipped
+
 
 def draft(run: RunState) -> Draft:
     info = run.schedule
@@ -71,7 +73,9 @@ def take(w: Writer, d: Draft, nominal_ms: int, overlap: str | None, manual: bool
     d.changed = True
     policy = overlap_of(d, overlap)
     buffered = {"schedule_time_ms": nominal_ms, "actual_time_ms": w.now_ms, "overlap": policy}
-    if d.progress["running"] and (policy == "SKIP" or (policy == "BUFFER_ONE" and d.progress["buffered"])):
+    full = len(d.progress["buffered"]) >= MAX_BUFFERED  # Temporal's bound: the state record must stay small
+    if d.progress["running"] and (policy == "SKIP" or (policy == "BUFFER_ONE" and d.progress["buffered"])
+                                  or (policy == "BUFFER_ALL" and full)):
         d.progress["num_actions_skipped_overlap"] += 1  # skipped: it does not count against limited actions
         return
     if limited:

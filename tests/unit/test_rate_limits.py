@@ -128,3 +128,25 @@ def test_a_queue_s_limit_holds_its_builds_tasks_too() -> None:
     assert unversioned_queue("orders") == "orders"
     held = held_topic_name("p", versioned_queue("orders", "A"))
     assert queue_of_held_topic("p", held) == "orders.build-A"
+
+
+def test_a_queue_s_builds_share_one_bucket() -> None:
+    """Two builds draining at once (`q.build-A`, `q.build-B`) release the queue's rate between them, not twice it."""
+    from confluent_kafka import TopicPartition
+
+    from ostinato.services.ratelimit.forwarder import RateLimiter
+
+    class OnePartition:
+        def partitions(self, topic: str) -> int:
+            return 1
+
+    now = [0.0]
+    limiter = RateLimiter("unused:9092", "p", OnePartition(), lambda: {"q": 10.0}, "i",  # type: ignore[arg-type]
+                          clock=lambda: now[0])
+    owned = limiter._owned([TopicPartition(held_topic_name("p", versioned_queue("q", b)), 0) for b in "AB"])
+    assert owned == {"q": (2, 2)}
+    released = 0
+    for tick in range(100):  # ten seconds
+        now[0] = tick / 10
+        released += sum(limiter._allow(versioned_queue("q", b), now[0], owned) for b in "AB" for _ in range(5))
+    assert 95 <= released <= 110, released  # 10/s over 10 s, plus the half-second burst
