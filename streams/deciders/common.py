@@ -194,8 +194,9 @@ def send(w: Writer, namespace: str, workflow_id: str, run_id: str, request_id: s
                                    identity=SHARD_IDENTITY, time_ms=w.now_ms)))
 
 
-def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
-    """Close a run: the close event, then what closing means for its children, its parent and visibility."""
+def close_run(w: Writer, run_id: str, event_type: str, attrs: Record, *, notify_parent: bool = True) -> None:
+    """Close a run: the close event, then what closing means for its children, its parent and visibility.
+    `notify_parent` False: a run that takes its place reports to the parent instead (a reset's new run)."""
     run = w.run(run_id)
     children = list(run.children.values())
     parent = run.parent
@@ -221,7 +222,7 @@ def close_run(w: Writer, run_id: str, event_type: str, attrs: Record) -> None:
                 wire.command_type("TerminateWorkflowExecution"),
                 {"reason": "parent closed (parent close policy TERMINATE)", "details": [],
                  "first_execution_run_id": child.run_id}))
-    if parent is not None and event_type != ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+    if parent is not None and notify_parent and event_type != ev.WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
         notify_parent_of_close(w, run, parent, event_type, attrs)
 
 

@@ -56,9 +56,11 @@ def reset(w: Writer, body: Record) -> Step:
     identity, request_id = w.command["identity"], w.command["request_id"]
     current = w.workflow.current_run()
     if current is not None and current.open:
+        # The new run inherits the base's parent (its copied start names it): when the run it replaces has the
+        # same parent, the parent (or schedule) hears of the new run's close, not of this termination.
         close_run(w, current.run_id, ev.WORKFLOW_EXECUTION_TERMINATED, {
             "reason": f"reset to run {new_id}: {reason}", "details": [], "identity": identity,
-            "request_id": request_id})
+            "request_id": request_id}, notify_parent=current.parent != base.parent)
     w.edit(base.run_id).reset_run_id = new_id
     for event in copied:
         w.copy(new_id, event)

@@ -58,3 +58,24 @@ def test_batch_jobs_and_the_replay_gate_leave_engine_runs_alone() -> None:
     assert not SamplePlan().wants(summary(SCHEDULE_WORKFLOW_TYPE))
     assert SamplePlan().wants(summary("Order"))
     assert SamplePlan(workflow_types=frozenset({SCHEDULE_WORKFLOW_TYPE})).wants(summary(SCHEDULE_WORKFLOW_TYPE))
+
+
+def test_a_reset_of_a_scheduled_run_keeps_the_schedule_waiting_for_the_new_run() -> None:
+    """The run a reset replaces does not report TERMINATED to its schedule (or parent): the new run reports."""
+    from tests.unit.core.test_schedules import HOUR
+
+    engine = InMemoryEngine()
+    create(engine, definition(EVERY_MINUTE, overlap="SKIP"))
+    engine.advance(MINUTE)
+    polled = engine.poll_workflow_task("q")
+    assert polled is not None
+    task = polled[1]
+    engine.complete_workflow_task(task, [("StartTimerCommand", {"timer_id": "t", "start_to_fire_timeout_ms": HOUR})])
+    reply = engine.reset(NS, task["workflow_id"], reset_type="LAST_WORKFLOW_TASK", reason="fix")
+    assert reply is not None and reply["body"][0].endswith("Accepted")
+    running = [a["workflow_id"] for a in info(engine)["progress"]["running"]]
+    assert running == [task["workflow_id"]]  # still running: the reset run is the action now
+    engine.advance(MINUTE)
+    assert info(engine)["progress"]["num_actions_skipped_overlap"] == 1  # SKIP holds while the reset run runs
+    assert finish_tasks(engine) == 1  # the reset run closes...
+    assert info(engine)["progress"]["running"] == []  # ...and its schedule hears of it
