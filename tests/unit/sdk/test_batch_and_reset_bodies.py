@@ -55,3 +55,35 @@ def test_reset_bodies(event_id: int | None, reset_type: Any, expected: dict[str,
 def test_reset_needs_exactly_one_valid_point(event_id: int | None, reset_type: Any) -> None:
     with pytest.raises(ValueError):
         reset_body(event_id, reset_type, "", True)
+
+
+def test_a_job_acts_in_its_own_namespace_under_its_own_id_whatever_its_spec_says() -> None:
+    """The server's batch worker may write every namespace: a spec naming another namespace (or job) is overruled
+    by the job run's own, so a writer of one namespace cannot act on another's runs through a job."""
+    import asyncio
+
+    from ostinato import activity
+    from ostinato.sdk.batch_workflow import BATCH_TASK_QUEUE, BatchOperation
+    from ostinato.testing import WorkflowEnvironment
+    from ostinato.worker import Worker
+
+    seen: list[tuple[str, str]] = []
+
+    @activity.defn(name="ostinato.batch.count")
+    async def count(spec: dict[str, Any]) -> int:
+        seen.append((spec["namespace"], spec["job_id"]))
+        return 0
+
+    @activity.defn(name="ostinato.batch.page")
+    async def page(args: dict[str, Any]) -> dict[str, Any]:
+        seen.append((args["spec"]["namespace"], args["spec"]["job_id"]))
+        return {"targets": [], "token": ""}
+
+    async def go() -> None:
+        async with await WorkflowEnvironment.start_time_skipping() as env, Worker(
+                env.client, task_queue=BATCH_TASK_QUEUE, workflows=[BatchOperation], activities=[count, page]):
+            spec = {"namespace": "someone-else", "job_id": "not-me", "query": "", "operation": {"kind": "cancel"}}
+            await env.client.execute_workflow(BatchOperation.run, spec, id="job-1", task_queue=BATCH_TASK_QUEUE)
+
+    asyncio.run(go())
+    assert seen and set(seen) == {("default", "job-1")}
