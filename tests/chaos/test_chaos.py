@@ -23,7 +23,9 @@ import pytest
 from ostinato.infra.kafka import KafkaCluster
 from tests.tools.chaos_run import FORMS, SCENARIOS, format_report, invariant_violations, run, strict_violations
 
-SHORT = ("server_kill", "server_stop", "server_term", "both_servers_kill")
+# server_stop (SIGSTOP, a frozen owner) runs in its full form only: tests/chaos/test_processor_faults.py's frozen
+# owner test covers the fencing it relies on in CI, and each short form costs about a minute.
+SHORT = ("server_kill", "server_term", "both_servers_kill")
 STRICT = os.environ.get("OSTINATO_CHAOS_STRICT") == "1"
 REPORT_DIR = os.environ.get("OSTINATO_CHAOS_REPORT_DIR")  # where to keep a copy of every report (and the logs)
 

@@ -369,7 +369,7 @@ _ORDERABLE = ["WorkflowId", "RunId", "WorkflowType", "ExecutionStatus", "StartTi
               "ExecutionDuration", "TaskQueue", "HistoryLength", "CustomerId", "Amount", "Score", "Vip", "DueAt"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(where=st.one_of(st.just(""), expressions()),
        order=st.lists(st.tuples(st.sampled_from(_ORDERABLE), st.sampled_from(["", " ASC", " DESC"])), max_size=3),
        page_size=st.sampled_from([1000, 97, 251]))

@@ -33,7 +33,7 @@ from tests.unit.core.support import NS, WF, Harness, command, wf_command
 
 Record = dict[str, Any]
 
-EXAMPLES = int(os.environ.get("OSTINATO_PROPERTY_EXAMPLES", "500"))
+EXAMPLES = int(os.environ.get("OSTINATO_PROPERTY_EXAMPLES", "300"))  # CI; thousands before a release
 STEPS = int(os.environ.get("OSTINATO_PROPERTY_STEPS", "40"))
 
 # Low limits and short times, so that the limit, timeout and retention paths come up within a few dozen steps.
