@@ -359,31 +359,15 @@ class HttpService(ClientTransport):
     # -- search attributes ------------------------------------------------------------------------------------
 
     async def add_search_attributes(self, namespace: str, attributes: dict[str, str]) -> dict[str, str]:
-        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes"
-        try:
-            async with self.session.post(self.target + path, json={"search_attributes": attributes},
-                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                if resp.status != 200:
-                    raise await _error(resp, f"POST {path}")
-                found: Record = await resp.json()
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise exc.RPCError(f"POST {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
-                               code="unavailable") from None
+        found = await self._json("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes",
+                                 {"search_attributes": attributes})
         return dict(found["custom_attributes"])
 
     async def set_task_queue_rate_limit(self, namespace: str, task_queue: str, activities_per_second: float,
                                         set_by: str = "") -> None:
         path = (f"/api/v1/namespaces/{quote(namespace, safe='')}/task-queues/{quote(task_queue, safe='')}"
                 "/rate-limit")
-        try:
-            async with self.session.put(self.target + path, json={"activities_per_second": activities_per_second,
-                                                                  "set_by": set_by},
-                                        timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                if resp.status != 200:
-                    raise await _error(resp, f"PUT {path}")
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise exc.RPCError(f"PUT {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
-                               code="unavailable") from None
+        await self._json("PUT", path, {"activities_per_second": activities_per_second, "set_by": set_by})
 
     async def list_search_attributes(self, namespace: str) -> dict[str, str]:
         found = await self._get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/search-attributes")
@@ -391,29 +375,23 @@ class HttpService(ClientTransport):
 
     async def versioning(self, namespace: str, task_queue: str, change: Record | None) -> Record:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/task-queues/{quote(task_queue, safe='')}/versioning"
-        if change is None:
-            return await self._get_json(path)
-        try:
-            async with self.session.post(self.target + path, json=change,
-                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                if resp.status != 200:
-                    raise await _error(resp, f"POST {path}")
-                found: Record = await resp.json()
-                return found
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise exc.RPCError(f"POST {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
-                               code="unavailable") from None
+        return await (self._get_json(path) if change is None else self._json("POST", path, change))
 
     async def _get_json(self, path: str) -> Record:
+        return await self._json("GET", path)
+
+    async def _json(self, method: str, path: str, body: Record | None = None) -> Record:
+        """One JSON call of the settings APIs: 200 with an object, or the server's error as an RPCError."""
         try:
-            async with self.session.get(self.target + path, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            async with self.session.request(method, self.target + path, json=body,
+                                            timeout=aiohttp.ClientTimeout(total=30)) as resp:
                 if resp.status != 200:
-                    raise await _error(resp, f"GET {path}")
+                    raise await _error(resp, f"{method} {path}")
                 found: Record = await resp.json()
                 return found
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise exc.RPCError(f"GET {path}: the server at {self.target} did not answer: {type(e).__name__}: {e}",
-                               code="unavailable") from None
+            raise exc.RPCError(f"{method} {path}: the server at {self.target} did not answer: {type(e).__name__}: "
+                               f"{e}", code="unavailable") from None
 
     # -- workers ----------------------------------------------------------------------------------------------
 

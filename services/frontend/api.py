@@ -75,9 +75,10 @@ def value_of(record: Record) -> Any:
             "data_base64": base64.b64encode(record["data"]).decode()}
 
 
-async def _body(request: web.Request) -> Record:
+async def _body(request: web.Request, *, allow_empty: bool = False) -> Record:
+    """The request's JSON object; `allow_empty`: no body at all is `{}` (actions whose fields are all optional)."""
     try:
-        body = await request.json()
+        body = await request.json() if request.can_read_body or not allow_empty else {}
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -571,6 +572,7 @@ def install_owner_reads(app: web.Application) -> None:
 
 # What sibling JSON APIs (schedules_api) build on: one error model, one command path, one payload rule.
 handler = _handler
+json_body = _body
 send_command = _send
 field = _field
 rejected = _rejected

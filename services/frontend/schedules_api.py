@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 from typing import Any
 
@@ -112,7 +111,7 @@ async def _command(request: web.Request, name: str, body: Record, answer: Record
 
 @api.handler
 async def create(request: web.Request) -> web.Response:
-    body = await _json_body(request)
+    body = await api.json_body(request, allow_empty=True)
     schedule_id = api.field(body, "schedule_id", str, required=True)
     if not schedule_id:
         raise BadRequest("schedule_id must not be empty", field="schedule_id")
@@ -123,19 +122,10 @@ async def create(request: web.Request) -> web.Response:
         "backfill": _backfills(body)}, {"schedule_id": schedule_id})
 
 
-async def _json_body(request: web.Request) -> Record:
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
-        raise BadRequest(f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return body
-
-
 @api.handler
 async def update(request: web.Request) -> web.Response:
-    return await _command(request, "UpdateSchedule", {"schedule": _definition(await _json_body(request))})
+    body = await api.json_body(request, allow_empty=True)
+    return await _command(request, "UpdateSchedule", {"schedule": _definition(body)})
 
 
 def _patch(**changes: Any) -> Record:
@@ -144,26 +134,26 @@ def _patch(**changes: Any) -> Record:
 
 @api.handler
 async def pause(request: web.Request) -> web.Response:
-    note = api.field(await _json_body(request), "note", str, "") or "Paused via the HTTP API"
+    note = api.field(await api.json_body(request, allow_empty=True), "note", str, "") or "Paused via the HTTP API"
     return await _command(request, "PatchSchedule", _patch(pause=note))
 
 
 @api.handler
 async def unpause(request: web.Request) -> web.Response:
-    note = api.field(await _json_body(request), "note", str, "") or "Unpaused via the HTTP API"
+    note = api.field(await api.json_body(request, allow_empty=True), "note", str, "") or "Unpaused via the HTTP API"
     return await _command(request, "PatchSchedule", _patch(unpause=note))
 
 
 @api.handler
 async def trigger(request: web.Request) -> web.Response:
-    body = await _json_body(request)
+    body = await api.json_body(request, allow_empty=True)
     return await _command(request, "PatchSchedule",
                           _patch(trigger_immediately=_overlap(body.get("overlap"), "overlap")))
 
 
 @api.handler
 async def backfill(request: web.Request) -> web.Response:
-    backfills = _backfills(await _json_body(request))
+    backfills = _backfills(await api.json_body(request, allow_empty=True))
     if not backfills:
         raise BadRequest("backfill needs at least one range", field="backfill")
     return await _command(request, "PatchSchedule", _patch(backfill=backfills))
