@@ -109,7 +109,7 @@ class TimedProcessor(Processor):
         measuring = s.measuring
         with s.timed(TRANSACTION):  # an aborted batch raises out of here: neither counted nor timed
             super()._transaction(commands, due, now)
-        s.done += len(commands)
+        s.done += len(commands) - len(self._carry)  # a batch stopped at a deadline leaves the rest for the next
         if measuring:
             s.batches.append(len(commands))
             s.counts["timers"] += sum(len(keys) for keys in due.values())

@@ -40,6 +40,9 @@ class ProcessorMetrics:
                                          buckets=(0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120), registry=registry)
         self.restore_records = Counter(p + "restore_records", "Changelog records read while restoring.",
                                        registry=registry)
+        self.batches_cut = Counter(p + "batches_cut", "Batches that stopped deciding their fetched commands because "
+                                   "a deadline fell due meanwhile: the deadline fired in the next transaction, with "
+                                   "the rest of the commands after it.", registry=registry)
         self.timeouts_held = Counter(p + "timeouts_held", "Due timeouts held back for a batch because the shard's "
                                      "commands were not all readable yet (an open transaction ahead of them).",
                                      registry=registry)

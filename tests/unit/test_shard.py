@@ -288,6 +288,10 @@ def test_due_timers_read_through_the_batch_and_keep_the_limit(shard: Shard) -> N
     assert kinds(shard.due_timers(NOW + 10_000, 10)) == [("USER_TIMER", NOW + 5_000),
                                                         ("WORKFLOW_TASK_TIMEOUT", NOW + 9_995)]
     assert shard.next_timer_ms() == NOW + 5_000
+    # The first deadline a batch stopping at deadlines waits for: later than the ones it fires itself.
+    assert shard.next_timer_ms(after_ms=NOW + 5_000) == NOW + 9_995
+    assert shard.next_timer_ms(after_ms=NOW + 9_995) is None  # WF's task timeout went with its completion
+    assert shard.next_timer_ms(after_ms=NOW + 4_999) == NOW + 5_000
 
 
 # -- failures of one command -----------------------------------------------------------------------------------------
