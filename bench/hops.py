@@ -87,6 +87,7 @@ class Sizes:
     half_seconds: float
     floor_reps: int
     idle_seconds: float
+    half_rate: float = 0.0  # workflows/s of the half load; 0: half the closed loop's throughput
 
 
 QUICK = Sizes(lone=10, lone_warmup=2, closed=40, concurrency=10, closed_warmup=5, half_seconds=5.0, floor_reps=20,
@@ -191,7 +192,7 @@ async def closed_loop(engine: HopsEngine, sizes: Sizes, token: str) -> dict[str,
 
 async def half_load(engine: HopsEngine, sizes: Sizes, token: str, bootstrap: str, pids: dict[str, list[int]],
                     workflows_per_s: float) -> Phase:
-    rate = max(1.0, workflows_per_s / 2)
+    rate = sizes.half_rate or max(1.0, workflows_per_s / 2)
     print(f"== half load: {rate:.1f}/s for {sizes.half_seconds:.0f} s, the floor beside it", file=sys.stderr,
           flush=True)
     phase = Phase("half load", rate=round(rate, 1))
@@ -433,6 +434,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = replace(sizes, lone=args.lone)
     if args.half_seconds:
         sizes = replace(sizes, half_seconds=args.half_seconds)
+    if args.half_rate:
+        sizes = replace(sizes, half_rate=args.half_rate)
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="ostinato-hops-"))
     engine = HopsEngine(home=home, kafka=args.kafka, processors=args.processors)
     token, load_at_start = uuid.uuid4().hex[:6], os.getloadavg()
@@ -474,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small counts, for CI (minutes)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (tables to stderr)")
     parser.add_argument("--lone", type=int, default=0, help="lone workflows measured (quick 10, full 200)")
+    parser.add_argument("--half-rate", type=float, default=0.0,
+                        help="half load at this many workflows/s instead of half the closed loop's (A/B comparisons)")
     parser.add_argument("--half-seconds", type=float, default=0.0, help="half-load run length (quick 5 s, full 30 s)")
     parser.add_argument("--kafka", default=None, help="use this running broker (local: its log files are read)")
     parser.add_argument("--processors", type=int, default=None,

@@ -28,6 +28,13 @@ log.addHandler(logging.NullHandler())
 CONFIG_FILE_ENV = "OSTINATO_KAFKA_CONFIG"
 PROPERTY_ENV_PREFIX = "OSTINATO_KAFKA_"
 DEFAULT_SASL_MECHANISM = "SCRAM-SHA-512"
+# How long the broker may hold a long-lived consumer's empty fetch (librdkafka's default). A held fetch is answered
+# as soon as a record or a transaction marker makes data readable, so a long wait costs no latency; a short one
+# costs the broker a request every few ms per idle consumer. The processors, replies readers, workers and rate
+# limiters fetched with 10-50 ms: an idle cluster's broker spent 206-254 ms of CPU a second answering them, and
+# 86-102 ms with this (bench/hops.py, docs/benchmarks.md, "Idle fetches"). Readers that must see a topic's end
+# from an empty fetch (the cluster settings and ownership readers at start, the restorer) keep short waits.
+STEADY_FETCH_WAIT_MS = 500
 _SECURITY_EXACT = frozenset({"security.protocol", "enable.ssl.certificate.verification",
                              "enable.sasl.oauthbearer.unsecure.jwt"})
 _SECURITY_PREFIXES = ("sasl.", "ssl.")

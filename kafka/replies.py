@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ostinato.kafka.clients import reader
+from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, reader
 
 log = logging.getLogger("ostinato.kafka")
 POLL_S = 0.05
@@ -44,8 +44,8 @@ class ReplyReader:
 
     def start(self) -> None:
         """Open the consumer at the partitions' current ends and start reading (blocking: call it off the loop)."""
-        # An answer is awaited by someone: fetch again soon after an empty fetch (librdkafka's default is 500 ms).
-        consumer = reader(self.bootstrap, self.client_id, overrides={"fetch.wait.max.ms": 10}, security=self.security)
+        consumer = reader(self.bootstrap, self.client_id, overrides={"fetch.wait.max.ms": STEADY_FETCH_WAIT_MS},
+                          security=self.security)
         positions = []
         for p in self.partitions:
             tp = TopicPartition(self.topic, p)

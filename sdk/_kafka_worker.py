@@ -28,7 +28,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from ostinato.kafka.clients import base_config, describe_security, security_config
+from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, base_config, describe_security, security_config
 from ostinato.kafka.replies import ReplyReader
 from ostinato.kafka.task_topics import TaskTopics, TopicCreationForbidden, worker_group
 from ostinato.schemas import codec, partition_for, wire
@@ -175,7 +175,7 @@ class KafkaWorkerLoop:
             **base_config(self.bootstrap, self.worker.identity, security),
             "group.id": group,
             "enable.auto.commit": False, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": 20,
+            "partition.assignment.strategy": "cooperative-sticky", "fetch.wait.max.ms": STEADY_FETCH_WAIT_MS,
             # A dead worker's partitions move on after 10 s (librdkafka's default is 45 s of stranded tasks).
             "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
             "fetch.max.bytes": MAX_RECORD_BYTES * 2}

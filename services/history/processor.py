@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 from prometheus_client import CollectorRegistry
 
-from ostinato.kafka.clients import base_config
+from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, base_config
 from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
@@ -182,7 +182,7 @@ class Processor:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": session_ms,
             "heartbeat.interval.ms": max(300, session_ms // 5),
-            "fetch.wait.max.ms": 20,
+            "fetch.wait.max.ms": STEADY_FETCH_WAIT_MS,
             "fetch.max.bytes": MAX_RECORD_BYTES * 4,
         })
         self.consumer.subscribe([self.commands_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,

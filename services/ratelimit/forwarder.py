@@ -20,6 +20,7 @@ from typing import Protocol, TypeVar
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from ostinato.connectors.transactional import TransactionalLoop
+from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS
 from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas.partitioner import partition_for
 from ostinato.schemas.topics import TaskKind, held_topic_pattern, queue_of_held_topic, task_topic_name
@@ -88,7 +89,8 @@ class RateLimiter(TransactionalLoop):
         self.released = 0
 
     def run(self) -> None:
-        consumer = self.consumer(**{"topic.metadata.refresh.interval.ms": 1000, "fetch.wait.max.ms": 50})
+        consumer = self.consumer(**{"topic.metadata.refresh.interval.ms": 1000,
+                                    "fetch.wait.max.ms": STEADY_FETCH_WAIT_MS})
         producer = self._first_producer()
         if producer is None:
             return
