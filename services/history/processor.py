@@ -41,7 +41,14 @@ from ostinato.services.history.metrics import ProcessorMetrics
 from ostinato.services.history.restore import open_and_restore
 from ostinato.services.history.schema_sync import sync_schemas
 from ostinato.services.history.shard import Output, Shard, Topology
-from ostinato.services.history.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, CHECKPOINT_TIME, RocksStore, pack_int
+from ostinato.services.history.store import (
+    CHECKPOINT_HISTORY,
+    CHECKPOINT_STATE,
+    CHECKPOINT_TIME,
+    RocksStore,
+    StoreLocked,
+    pack_int,
+)
 from ostinato.streams.config import Config
 
 log = logging.getLogger("ostinato.processor")
@@ -68,6 +75,9 @@ HIGH_WATERMARK_TIMEOUT_S = 2.0  # asking the leader for a partition's end; timeo
 MIN_SESSION_TIMEOUT_MS = 3_000
 PHASES = ("decide", "produce", "send_offsets", "commit", "after_commit")  # of a transaction, in order (metrics)
 REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
+# A shard's store can still be locked when it is assigned: a sibling processor of the same server (same data
+# directory) that lost it is still closing it, or a frozen one holds it. Retried this long, then the server exits.
+STORE_LOCKED_WAIT_S = 30.0
 
 
 def wall_ms() -> int:
@@ -246,10 +256,21 @@ class Processor:
     def _open_shard(self, index: int) -> None:
         assert self._restorer is not None
         path = self.options.data_dir / self.prefix / f"shard-{index}"
-        store, result = open_and_restore(
-            path, index, self.state_topic, self.history_topic, self._restorer, self.options.config,
-            now_ms=wall_ms, write_every=self.options.restore_write_every,
-            on_batch=lambda n: self.faults.hit("mid-restore"), config_for=self.options.config_for)
+        waited, backoff = 0.0, 0.05
+        while True:
+            try:
+                store, result = open_and_restore(
+                    path, index, self.state_topic, self.history_topic, self._restorer, self.options.config,
+                    now_ms=wall_ms, write_every=self.options.restore_write_every,
+                    on_batch=lambda n: self.faults.hit("mid-restore"), config_for=self.options.config_for)
+                break
+            except StoreLocked as exc:
+                if waited >= STORE_LOCKED_WAIT_S:
+                    raise
+                log.warning("shard %d: %s; trying again in %.2f s", index, exc, backoff)
+                time.sleep(backoff)
+                waited += backoff
+                backoff = min(1.0, backoff * 2)
         self.metrics.restore_seconds.observe(result.seconds)
         self.metrics.restore_records.inc(result.records)
         with self._lock:

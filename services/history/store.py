@@ -169,8 +169,9 @@ class RocksStore:
             self._handles = {f: self._db.get_column_family_handle(f.value) for f in Family}
         except Exception as exc:  # rocksdict raises plain Exceptions for corruption and lock errors alike
             if "/LOCK" in str(exc) or "lock hold" in str(exc):  # not "block checksum mismatch": that is corruption
-                raise StoreLocked(f"the store at {path} is in use by another process ({exc}); each processor "
-                                  "needs its own --data-dir") from None
+                raise StoreLocked(f"the store at {path} is in use ({exc}): by a processor of this server that is "
+                                  "still closing it, or by another server on this data directory (each server "
+                                  "needs its own --data-dir)") from None
             raise StoreCorrupt(f"cannot open the store at {path}: {exc}") from exc
         fmt = self.get(Family.META, FORMAT)
         if fmt is None and self.get(Family.META, CHECKPOINT_STATE) is None:
