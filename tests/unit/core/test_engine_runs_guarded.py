@@ -4,11 +4,17 @@ bounds its buffer, and neither batch jobs nor the replay gate treat engine runs 
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from ostinato.schemas.topics import MAX_RECORD_BYTES
 from ostinato.sdk.batch_workflow import BATCH_WORKFLOW_TYPE, ENGINE_TYPES
 from ostinato.sdk.history_sample import ENGINE_WORKFLOW_TYPES, RunSummary, SamplePlan
 from ostinato.streams.config import Config, Limits
 from ostinato.streams.engine import InMemoryEngine
 from ostinato.streams.schedules import SCHEDULE_WORKFLOW_TYPE, schedule_workflow_id
+from ostinato.streams.schedules import progress as progress_module
 from ostinato.streams.schedules.progress import MAX_BUFFERED
 from tests.unit.core.test_schedules import EVERY_MINUTE, MINUTE, NS, create, definition, finish_tasks, info
 
@@ -40,13 +46,22 @@ def test_client_commands_to_a_schedule_s_run_are_refused() -> None:
         assert finish_tasks(engine) == 1
 
 
-def test_buffer_all_is_bounded() -> None:
+def test_buffer_all_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound itself at a smaller value (1,000 minutes of actions cost ~30 s here); what 1,000 entries weigh in
+    the state record is checked below."""
+    bound = 40
+    monkeypatch.setattr(progress_module, "MAX_BUFFERED", bound)
     engine = InMemoryEngine()
     create(engine, definition(EVERY_MINUTE, overlap="BUFFER_ALL"))
-    engine.advance((MAX_BUFFERED + 5) * MINUTE)  # the first action never closes
+    engine.advance((bound + 5) * MINUTE)  # the first action never closes
     progress = info(engine)["progress"]
-    assert len(progress["buffered"]) == MAX_BUFFERED
+    assert len(progress["buffered"]) == bound
     assert progress["num_actions_skipped_overlap"] >= 4
+
+
+def test_a_full_buffer_fits_a_state_record_many_times_over() -> None:
+    entry = {"schedule_time_ms": 2**62, "actual_time_ms": 2**62, "overlap": "BUFFER_ALL"}
+    assert len(json.dumps([entry] * MAX_BUFFERED)) < MAX_RECORD_BYTES // 10  # Avro is smaller still
 
 
 def test_batch_jobs_and_the_replay_gate_leave_engine_runs_alone() -> None:
