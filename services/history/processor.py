@@ -406,7 +406,7 @@ class Processor:
         self._open_since = time.monotonic()
         self.producer.begin_transaction()
         touched: set[int] = set(self._announce)
-        decided_commands = self._decide_commands(commands, touched, now)
+        decided_commands = self._decide_commands(commands, touched, now, due)
         fired = 0
         for index, keys in due.items():
             shard = self.shards[index]
@@ -437,14 +437,20 @@ class Processor:
         for phase, begun, ended in zip(PHASES, (started, *ends[:-1]), ends, strict=True):
             self._phases[phase].observe(ended - begun)
 
-    def _decide_commands(self, commands: list[Message], touched: set[int], now: int) -> int:
+    def _decide_commands(self, commands: list[Message], touched: set[int], now: int,
+                         due: dict[int, list[bytes]]) -> int:
         """Decide the fetched commands in order until the next deadline not fired by this batch falls due; keep
         the rest for the next batch (`_carry`) and return how many were decided. `batch_room` sized the fetch from
         the average cost of a decision, but a loaded machine stretches any one batch (S4 measured decide phases of
         0.4-1.2 s of wall time for 14-100 ms of CPU: the process was waiting for a core), and a timer due meanwhile
         waited for the whole batch and its commit. At least `MIN_ROOM` are decided, so commands keep moving under
-        a storm of deadlines; no stop while timeouts are held for their inputs."""
-        stop_at = None if self._holding_any() else self._next_deadline_after(now)
+        a storm of deadlines. No stop while timeouts are held for their inputs, nor in a batch that fires
+        timeouts: the input gate let them fire because every command read before they fell due is decided before
+        them, in this batch or earlier, and a carried command would break that (a completion written in time,
+        fetched, then decided after its own timeout). The carried commands are decided first in the next batch,
+        before anything it fires."""
+        fires_timeouts = any(is_timeout(key) for keys in due.values() for key in keys)
+        stop_at = None if fires_timeouts or self._holding_any() else self._next_deadline_after(now)
         decided = 0
         for i, msg in enumerate(commands):
             if stop_at is not None and decided >= MIN_ROOM and wall_ms() >= stop_at:

@@ -1,0 +1,112 @@
+"""When a batch stops deciding at a deadline and carries the rest (issue 15: timers on time), and when it must not.
+
+The processor's loop over a batch's commands, with stand-in shards and messages and a clock that moves 10 ms a
+look: no broker is involved in the rule itself (`tests/integration/test_timers_on_time.py` runs it on one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import pytest
+from confluent_kafka import Message
+
+from ostinato.services.admin.cluster import ClusterSettings
+from ostinato.services.history import processor as processor_module
+from ostinato.services.history.changelog import timer_key
+from ostinato.services.history.input_gate import InputGate
+from ostinato.services.history.processor import MIN_ROOM, Processor, ProcessorOptions
+from ostinato.services.history.shard import Shard
+from ostinato.streams.deadlines import Deadline
+
+NOW = 1_000_000
+DEADLINE = NOW + 50  # the clock passes it at the sixth look, the first coming after `MIN_ROOM` decisions
+
+
+@dataclass
+class FakeMessage:
+    shard: int
+    at: int
+
+    def partition(self) -> int:
+        return self.shard
+
+    def offset(self) -> int:
+        return self.at
+
+    def value(self) -> bytes:
+        return b""
+
+
+@dataclass
+class FakeShard:
+    deadline: int | None
+    decided: list[int] = field(default_factory=list)
+
+    def process(self, data: bytes | None, offset: int, now_ms: int) -> None:
+        self.decided.append(offset)
+
+    def next_timer_ms(self, after_ms: int | None = None) -> int | None:
+        return self.deadline if self.deadline is not None and (after_ms is None or self.deadline > after_ms) else None
+
+
+@pytest.fixture
+def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Processor:
+    clock = iter(range(NOW, NOW + 10_000_000, 10))
+    monkeypatch.setattr(processor_module, "wall_ms", lambda: next(clock))
+    settings = ClusterSettings("p", 1, 1, 1, 0, "test")
+    return Processor("127.0.0.1:1", settings, ProcessorOptions(data_dir=tmp_path, owner_id="test"))
+
+
+def commands(n: int) -> list[Message]:
+    return cast(list[Message], [FakeMessage(0, i) for i in range(n)])
+
+
+def key(kind: str) -> bytes:
+    return timer_key("ns", "wf", Deadline(NOW - 1, kind, "run", "x"))
+
+
+def decide(proc: Processor, shard: FakeShard, n: int, due: dict[int, list[bytes]] | None = None) -> int:
+    proc.shards = cast(dict[int, Shard], {0: shard})
+    return proc._decide_commands(commands(n), set(), NOW, due or {})
+
+
+def test_a_batch_stops_when_the_next_deadline_falls_due_and_carries_the_rest_in_order(proc: Processor) -> None:
+    shard = FakeShard(DEADLINE)
+    decided = decide(proc, shard, 20, {0: [key("USER_TIMER")]})  # a user timer fires in it: still cut
+    assert decided == len(shard.decided) == MIN_ROOM + 5
+    assert [m.offset() for m in proc._carry] == list(range(MIN_ROOM + 5, 20))
+    assert proc.next_offsets[0] == MIN_ROOM + 5  # only the decided ones are committed
+    assert proc.metrics.batches_cut._value.get() == 1
+
+
+def test_at_least_the_minimum_is_decided_when_the_deadline_is_already_past(proc: Processor,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processor_module, "wall_ms", lambda: NOW + 100)  # past it before the first decision
+    assert decide(proc, FakeShard(NOW + 1), 20) == MIN_ROOM
+
+
+def test_without_a_later_deadline_the_batch_runs_to_its_end(proc: Processor) -> None:
+    shard = FakeShard(None)
+    assert decide(proc, shard, 20) == 20 and proc._carry == []
+
+
+def test_a_batch_that_fires_timeouts_is_never_cut(proc: Processor) -> None:
+    """The gate let the timeouts fire because every command read before they fell due is decided first: a
+    completion carried past its own timeout would lose to it."""
+    shard = FakeShard(DEADLINE)
+    assert decide(proc, shard, 20, {0: [key("ACTIVITY_START_TO_CLOSE")]}) == 20
+    assert proc._carry == []
+
+
+def test_no_cut_while_timeouts_are_held_for_their_inputs(proc: Processor) -> None:
+    proc._gates[0] = InputGate(target=123, since_ms=NOW)
+    assert decide(proc, FakeShard(DEADLINE), 20) == 20
+
+
+def test_a_rebalance_drops_the_carried_commands_of_the_moved_shards(proc: Processor) -> None:
+    proc._carry = cast(list[Message], [FakeMessage(0, 7), FakeMessage(1, 3)])
+    proc._drop_carried({0})
+    assert [(m.partition(), m.offset()) for m in proc._carry] == [(1, 3)]
