@@ -109,9 +109,10 @@ class TimedProcessor(Processor):
         measuring = s.measuring
         with s.timed(TRANSACTION):  # an aborted batch raises out of here: neither counted nor timed
             super()._transaction(commands, due, now)
-        s.done += len(commands) - len(self._carry)  # a batch stopped at a deadline leaves the rest for the next
+        decided = len(commands) - len(self._carry)  # a batch stopped at a deadline leaves the rest for the next
+        s.done += decided
         if measuring:
-            s.batches.append(len(commands))
+            s.batches.append(decided)
             s.counts["timers"] += sum(len(keys) for keys in due.values())
         if s.done >= s.total and s.measuring:
             s.marks.append(mark())

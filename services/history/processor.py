@@ -385,9 +385,12 @@ class Processor:
         return high if high >= 0 else UNKNOWN
 
     def _refresh_next_due(self) -> int | None:
-        next_due = [t for t in (s.next_timer_ms() for s in self.shards.values()) if t is not None]
-        self._next_due_ms = min(next_due) if next_due else None
+        self._next_due_ms = self._earliest_deadline()
         return self._next_due_ms
+
+    def _earliest_deadline(self, after_ms: int = -1) -> int | None:
+        found = [t for t in (s.next_timer_ms(after_ms) for s in self.shards.values()) if t is not None]
+        return min(found) if found else None
 
     def _poll_timeout(self) -> float:
         next_due = self._refresh_next_due()
@@ -449,8 +452,9 @@ class Processor:
         them, in this batch or earlier, and a carried command would break that (a completion written in time,
         fetched, then decided after its own timeout). The carried commands are decided first in the next batch,
         before anything it fires."""
-        fires_timeouts = any(is_timeout(key) for keys in due.values() for key in keys)
-        stop_at = None if fires_timeouts or self._holding_any() else self._next_deadline_after(now)
+        may_stop = (len(commands) > MIN_ROOM and not self._holding_any()
+                    and not any(is_timeout(key) for keys in due.values() for key in keys))
+        stop_at = self._earliest_deadline(after_ms=now) if may_stop else None  # no store scan for small batches
         decided = 0
         for i, msg in enumerate(commands):
             if stop_at is not None and decided >= MIN_ROOM and wall_ms() >= stop_at:
@@ -468,10 +472,6 @@ class Processor:
 
     def _holding_any(self) -> bool:
         return any(gate.target is not None for gate in self._gates.values())
-
-    def _next_deadline_after(self, now: int) -> int | None:
-        found = [t for t in (s.next_timer_ms(after_ms=now) for s in self.shards.values()) if t is not None]
-        return min(found) if found else None
 
     def _produce_batch(self, touched: set[int]) -> None:
         assert self.producer is not None

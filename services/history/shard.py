@@ -286,13 +286,12 @@ class Shard:
         due.extend(k for k, v in overlay.items() if v is not None and fire_at_of(k) <= now_ms and k not in due)
         return sorted(due)[:limit]
 
-    def next_timer_ms(self, after_ms: int | None = None) -> int | None:
-        """The earliest deadline in the index (store and batch), or the earliest later than `after_ms`."""
+    def next_timer_ms(self, after_ms: int = -1) -> int | None:
+        """The earliest deadline in the index (store and batch) later than `after_ms` (by default, any)."""
         overlay = self.writes[Family.TIMERS]
-        later = (lambda at: True) if after_ms is None else (lambda at: at > after_ms)
         first = next((at for k, _ in self.store.scan(Family.TIMERS)
-                      if later(at := fire_at_of(k)) and overlay.get(k, b"") is not None), None)
-        added = [at for k, v in overlay.items() if v is not None and later(at := fire_at_of(k))]
+                      if (at := fire_at_of(k)) > after_ms and overlay.get(k, b"") is not None), None)
+        added = [at for k, v in overlay.items() if v is not None and (at := fire_at_of(k)) > after_ms]
         candidates = [t for t in (first, *added) if t is not None]
         return min(candidates) if candidates else None
 

@@ -48,8 +48,8 @@ class FakeShard:
     def process(self, data: bytes | None, offset: int, now_ms: int) -> None:
         self.decided.append(offset)
 
-    def next_timer_ms(self, after_ms: int | None = None) -> int | None:
-        return self.deadline if self.deadline is not None and (after_ms is None or self.deadline > after_ms) else None
+    def next_timer_ms(self, after_ms: int = -1) -> int | None:
+        return self.deadline if self.deadline is not None and self.deadline > after_ms else None
 
 
 @pytest.fixture
