@@ -60,6 +60,11 @@ def fire_at_of(key: bytes) -> int:
     return int(_U64.unpack_from(key)[0])
 
 
+def timers_from(fire_at_ms: int) -> bytes:
+    """The lowest timer key of a deadline: a scan from it meets the deadlines falling due at `fire_at_ms` or later."""
+    return _U64.pack(max(0, fire_at_ms))
+
+
 def empty_writes() -> WriteSet:
     return {f: {} for f in Family}
 

@@ -29,8 +29,16 @@ from ostinato.schemas.topics import (
     task_topic_name,
     topic_name,
 )
-from ostinato.services.history.changelog import WriteSet, empty_writes, fire_at_of, parse_timer_key, timer_key
+from ostinato.services.history.changelog import (
+    WriteSet,
+    empty_writes,
+    fire_at_of,
+    parse_timer_key,
+    timer_key,
+    timers_from,
+)
 from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
+from ostinato.services.history.timer_index import TimerIndex
 from ostinato.services.history.waiters import state_key
 from ostinato.streams.actions import Deadline, Publish
 from ostinato.streams.config import Config
@@ -127,6 +135,7 @@ class Shard:
         self._cache: OrderedDict[tuple[str, str], Workflow] = OrderedDict()
         self._cache_size = cache_size
         self._outbox = _ShardOutbox(self)
+        self._timers = TimerIndex(lambda start: (k for k, _ in store.scan(Family.TIMERS, start=start)))
 
     # -- reading through the overlay ------------------------------------------------------------------------------
 
@@ -278,7 +287,7 @@ class Shard:
         it added."""
         overlay = self.writes[Family.TIMERS]
         due: list[bytes] = []
-        for key, _ in self.store.scan(Family.TIMERS):
+        for key in self._timers.walk():
             if fire_at_of(key) > now_ms or len(due) >= limit:
                 break
             if overlay.get(key, b"") is not None:
@@ -289,8 +298,8 @@ class Shard:
     def next_timer_ms(self, after_ms: int = -1) -> int | None:
         """The earliest deadline in the index (store and batch) later than `after_ms` (by default, any)."""
         overlay = self.writes[Family.TIMERS]
-        first = next((at for k, _ in self.store.scan(Family.TIMERS)
-                      if (at := fire_at_of(k)) > after_ms and overlay.get(k, b"") is not None), None)
+        first = next((fire_at_of(k) for k in self._timers.walk(timers_from(after_ms + 1))
+                      if overlay.get(k, b"") is not None), None)
         added = [at for k, v in overlay.items() if v is not None and (at := fire_at_of(k)) > after_ms]
         candidates = [t for t in (first, *added) if t is not None]
         return min(candidates) if candidates else None
@@ -368,6 +377,7 @@ class Shard:
         writes: dict[Family, dict[bytes, bytes | None]] = {f: dict(items) for f, items in self.writes.items()}
         writes[Family.META].update(checkpoint)
         self.store.write(writes)
+        self._timers.apply(writes[Family.TIMERS])
         for key, workflow in self._working.items():
             if workflow.runs or workflow.current is not None:
                 self._cache[key] = workflow
