@@ -14,22 +14,27 @@ import threading
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from ostinato.kafka.clients import reader
+from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, reader
 from ostinato.schemas import codec, wire
 from ostinato.schemas.topics import Topic, topic_name
 from ostinato.streams.versioning import QueueVersioning
 
 log = logging.getLogger("ostinato.ownership")
 DEFAULT_NAMESPACE = "default"
+CATCH_UP_FETCH_WAIT_MS = 50
 
 
 class OwnershipTable:
     """Tails the cluster topic in a daemon thread and keeps the latest owner of every shard."""
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
-        # The end of the topic is known from an empty fetch, which the broker holds for fetch.wait.max.ms (500 ms by
-        # default): every server start waited that long to be caught up. New owners also show up sooner.
-        self._consumer = reader(bootstrap, f"{prefix}-ownership", overrides={"fetch.wait.max.ms": 50})
+        # The end of the topic is known from an empty fetch, which the broker holds for fetch.wait.max.ms: a short
+        # wait until then, or every server start would wait 500 ms to be caught up. After that a steady one
+        # (`_settle`): the broker answers a held fetch as soon as a record is readable, and every server process
+        # runs one of these, so 50 ms cost the broker 20 empty fetches a second each for nothing.
+        self._bootstrap, self._client_id = bootstrap, f"{prefix}-ownership"
+        self._consumer = reader(bootstrap, self._client_id, overrides={"fetch.wait.max.ms": CATCH_UP_FETCH_WAIT_MS})
+        self._settled = False
         self._topic = topic_name(prefix, Topic.CLUSTER)
         self._owners: dict[int, dict[str, object]] = {}
         self._namespaces: dict[str, dict[str, object]] = {}
@@ -98,6 +103,7 @@ class OwnershipTable:
                     log.warning("reading %s: %s", self._topic, err.str())
                 else:
                     self.caught_up.set()
+                    self._settle(msg.offset())
                 continue
             key = (msg.key() or b"").decode(errors="replace")
             if not key.startswith(("shard/", "namespace/", "search_attribute/", "task_queue_rate_limit/",
@@ -127,6 +133,18 @@ class OwnershipTable:
                         self._rate_limits.pop(str(record["task_queue"]), None)
             elif name == wire.TASK_QUEUE_VERSIONING:
                 self._deployment(record)
+
+    def _settle(self, end: int | None) -> None:
+        """Go on from the end just reached with a consumer that waits as long as the other steady readers."""
+        if self._settled:
+            return
+        self._settled = True
+        if end is None or end < 0:
+            end = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
+        steady = reader(self._bootstrap, self._client_id, overrides={"fetch.wait.max.ms": STEADY_FETCH_WAIT_MS})
+        steady.assign([TopicPartition(self._topic, 0, end)])
+        self._consumer.close()
+        self._consumer = steady
 
     def _deployment(self, record: dict[str, object]) -> None:
         """The highest revision of a queue's versioning wins (two frontends racing both read back the winner)."""
