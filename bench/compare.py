@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default="", help="working directory for servers (default: a temp dir)")
     parser.add_argument("--kafka", default=None, help="use this running broker for Ostinato instead of starting one")
     parser.add_argument("--processors", type=int, default=None,
-                        help="ostinato server --processors (default: one per shard, 4)")
+                        help="ostinato server --processors (default: one per core, at most one per shard)")
     args = parser.parse_args(argv)
     names = [n for n in (args.engines or ("ostinato,temporal" if args.quick else
                                            "ostinato,temporal,temporal-sqlite")).split(",") if n]

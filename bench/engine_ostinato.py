@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -73,9 +74,10 @@ class OstinatoEngine:
         if result_via not in ("sdk", "api"):
             raise ValueError(f"result_via must be 'sdk' or 'api', not {result_via!r}")
         self.shards, self.workers, self.kafka = shards, workers, kafka
-        # One history processor per shard by default: one server owns every shard here, and that is how a server
-        # owning several shards is meant to run (`ostinato server --processors`, docs/architecture.md).
-        self.processors = processors or shards
+        # One history processor per core, at most one per shard, as docs/architecture.md §4 recommends: on the
+        # 2-core machine the benchmarks run on, 2 against 4 gave S1 +19-25% and S2 +3-41% (fewer, larger
+        # transactions) and a third less memory, at the cost of S4's timer lateness (docs/benchmarks.md).
+        self.processors = processors or min(shards, os.cpu_count() or 1)
         self._metrics_before: dict[str, float] = {}
         self.result_via, self.sync_start = result_via, sync_start
         self._own_home = home is None

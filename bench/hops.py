@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half-seconds", type=float, default=0.0, help="half-load run length (quick 5 s, full 30 s)")
     parser.add_argument("--kafka", default=None, help="use this running broker (local: its log files are read)")
     parser.add_argument("--processors", type=int, default=None,
-                        help="ostinato server --processors (default: one per shard, 4)")
+                        help="ostinato server --processors (default: one per core, at most one per shard)")
     parser.add_argument("--home", default="", help="working directory for the servers (default: a temp dir)")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (docs/benchmarks.md)")
     parser.add_argument("--report", default="", metavar="JSON", help="print the tables of a saved report, run nothing")
