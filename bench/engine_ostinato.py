@@ -77,7 +77,7 @@ class OstinatoEngine:
         # One history processor per core, at most one per shard, as docs/architecture.md §4 recommends: on the
         # 2-core machine the benchmarks run on, 2 against 4 gave S1 +19-25% and S2 +3-41% (fewer, larger
         # transactions) and a third less memory, at the cost of S4's timer lateness (docs/benchmarks.md).
-        self.processors = processors or min(shards, os.cpu_count() or 1)
+        self.processors = processors or min(shards, len(os.sched_getaffinity(0)))  # the cores this may use
         self._metrics_before: dict[str, float] = {}
         self.result_via, self.sync_start = result_via, sync_start
         self._own_home = home is None

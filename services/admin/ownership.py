@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, reader
 from ostinato.schemas import codec, wire
@@ -54,8 +54,10 @@ class OwnershipTable:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
-        self._consumer.close()
+        if self._thread.ident is None:  # never started
+            self._consumer.close()
+        else:
+            self._thread.join(5)  # the thread closes its consumer, whichever it holds by then
 
     def owner(self, shard: int) -> dict[str, object] | None:
         with self._lock:
@@ -93,6 +95,12 @@ class OwnershipTable:
             return dict(self._deployments.get(namespace, {}))
 
     def _run(self) -> None:
+        try:
+            self._tail()
+        finally:
+            self._consumer.close()
+
+    def _tail(self) -> None:
         while not self._stop.is_set():
             msg = self._consumer.poll(0.5)
             if msg is None:
@@ -139,10 +147,14 @@ class OwnershipTable:
         if self._settled:
             return
         self._settled = True
-        if end is None or end < 0:
-            end = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
-        steady = reader(self._bootstrap, self._client_id, overrides={"fetch.wait.max.ms": STEADY_FETCH_WAIT_MS})
-        steady.assign([TopicPartition(self._topic, 0, end)])
+        try:
+            if end is None or end < 0:
+                end = self._consumer.position([TopicPartition(self._topic, 0)])[0].offset
+            steady = reader(self._bootstrap, self._client_id, overrides={"fetch.wait.max.ms": STEADY_FETCH_WAIT_MS})
+            steady.assign([TopicPartition(self._topic, 0, end)])
+        except KafkaException as exc:  # the short wait costs the broker empty fetches, nothing else: go on with it
+            log.warning("reading %s: keeping the catch-up consumer (%s)", self._topic, exc)
+            return
         self._consumer.close()
         self._consumer = steady
 

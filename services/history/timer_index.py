@@ -3,14 +3,14 @@
 Deadlines are written and deleted all the time: every activity and workflow task arms timeouts that its
 completion cancels a few milliseconds later. RocksDB keeps a deleted key as a tombstone until compaction, and a
 forward scan steps over every tombstone in its way, so "the earliest deadline" read from the store costs time in
-proportion to the deadlines cancelled since the last compaction: 4 µs with none, 1 ms with 10,000 (measured with
-the shard store). The processor asks several times a batch (the poll timeout, the due timers, the batch's stop),
-and in a ten-activity workflow benchmark those scans were 13% of the server's samples.
+proportion to the deadlines cancelled since the last compaction: 3 µs with none, about 1 ms with 10,000
+(`bench/timer_index.py`). The processor asks several times a batch (the poll timeout, the due timers, the batch's
+stop), and in a ten-activity workflow benchmark those scans were 13% of the server's samples.
 
-So the index reads the store once, and then follows the commits. It holds at most about `window` keys: the
-earliest ones. `bound` is the last key it read from the store when it stopped early (None: it holds them all);
-deadlines after the bound stay in the store until the index runs out of keys at or below it, and are read then,
-again `window` at a time. Memory stays bounded however many workflows sleep for a month.
+So the index reads the store once (when first asked), and then follows the commits. It holds about `window` keys,
+the earliest ones, and never more than twice that after a commit. `bound` is the last key it read from the store
+when it stopped early (None: it holds them all); deadlines after the bound stay in the store until a walk reaches
+them, and are read then, again `window` at a time. Memory stays bounded however many workflows sleep for a month.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ class TimerIndex:
         self._loaded = False
 
     def walk(self, start: bytes = b"") -> Iterator[bytes]:
-        """The committed keys from `start` (inclusive), in order. Reads on from the store past the bound when a
-        caller goes that far; the keys read are all after the ones held, so they are appended and the position
-        of this walk stays valid."""
+        """The committed keys from `start` (inclusive), in order. A walk that goes on past the bound reads the
+        store's next keys into the index (they are all after the ones held, so they are appended and the position
+        of this walk stays valid); a walk that starts past the bound is the store's alone, and keeps nothing (a
+        backlog of overdue deadlines is not loaded to look behind it)."""
         self._ensure_loaded()
         index = bisect.bisect_left(self._keys, start)
         while True:
@@ -45,6 +46,9 @@ class TimerIndex:
                 index += 1
                 if key >= start:  # keys read on from the bound may still come before `start`
                     yield key
+            elif self._bound is not None and start > self._bound:
+                yield from self._load(start)
+                return
             elif self._bound is not None:
                 self._extend(self._bound, inclusive=False)
             else:
@@ -67,7 +71,7 @@ class TimerIndex:
             self._bound = self._keys[-1]
 
     def __len__(self) -> int:
-        """Keys held in memory (not all of the store's when `bounded`)."""
+        """Keys held in memory (not all of the store's when `bounded`): at most twice the window after a commit."""
         return len(self._keys)
 
     @property
@@ -76,8 +80,8 @@ class TimerIndex:
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:
-            self._loaded = True
             self._extend(b"", inclusive=True)
+            self._loaded = True  # only once read: a failed read is tried again
 
     def _extend(self, start: bytes, inclusive: bool) -> None:
         """Append the store's next `window` keys from `start`; the index then ends at a new bound, or holds all."""

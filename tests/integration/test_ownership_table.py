@@ -45,6 +45,7 @@ def test_records_written_after_catching_up_are_all_read(kafka: KafkaCluster, top
     try:
         assert table.caught_up.wait(10)
         assert owner_of(table, 0, "first") == "first"
+        assert table._settled  # what follows is read by the steady consumer
         for n in range(5):  # one at a time: each must arrive through the steady consumer
             announce(producer, topic, n % 2, f"owner-{n}")
             assert owner_of(table, n % 2, f"owner-{n}") == f"owner-{n}"

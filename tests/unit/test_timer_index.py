@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +83,31 @@ def test_a_key_committed_past_the_bound_waits_in_the_store_for_its_turn() -> Non
     store.commit(writes)
     index.apply(writes)
     assert list(index.walk()) == [b"\x01", b"\x02", b"\x03", b"\x05", b"\x09"]
+
+
+def test_a_walk_from_past_the_bound_keeps_nothing() -> None:
+    """A backlog of overdue deadlines is not loaded to look behind it (the batch's stop asks for the first
+    deadline after now)."""
+    store = Store()
+    store.commit({bytes([i]): b"" for i in range(100)})
+    index = TimerIndex(store.load, window=4)
+    assert next(index.walk()) == b"\x00"
+    assert next(index.walk(bytes([90]))) == bytes([90])
+    assert len(index) <= 8
+
+
+def test_a_failed_first_read_is_tried_again() -> None:
+    store = Store()
+    store.commit({b"\x01": b""})
+    failing = True
+
+    def load(start: bytes) -> Iterator[bytes]:
+        if failing:
+            raise RuntimeError("the store is closed")
+        return store.load(start)
+
+    index = TimerIndex(load, window=4)
+    with pytest.raises(RuntimeError):
+        next(index.walk())
+    failing = False
+    assert list(index.walk()) == [b"\x01"]
