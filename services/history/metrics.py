@@ -41,8 +41,12 @@ class ProcessorMetrics:
         self.restore_records = Counter(p + "restore_records", "Changelog records read while restoring.",
                                        registry=registry)
         self.batches_cut = Counter(p + "batches_cut", "Batches that stopped deciding their fetched commands because "
-                                   "a deadline fell due meanwhile: the deadline fired in the next transaction, with "
-                                   "the rest of the commands after it.", registry=registry)
+                                   "a deadline fell due meanwhile: a moment (user timer, retry, backoff) fired at the "
+                                   "end of that batch, a timeout in the next; the rest of the commands followed in the "
+                                   "next.", registry=registry)
+        self.timers_fired_late_pass = Counter(p + "timers_fired_late_pass", "Moments (user timers, retries, "
+                                              "backoffs) that fell due while a batch decided and fired at its end, "
+                                              "in the same transaction.", registry=registry)
         self.timeouts_held = Counter(p + "timeouts_held", "Due timeouts held back for a batch because the shard's "
                                      "commands were not all readable yet (an open transaction ahead of them).",
                                      registry=registry)

@@ -68,6 +68,7 @@ IDLE_POLL_S = 0.5
 # only as many as fit before it, plus this much more work; deadlines already due leave room for this much only.
 # The deadline then fires in the next transaction, late by about one commit instead of one full batch.
 TIMER_SLACK_S = 0.01
+LATE_PASSES = 4  # looks for moments that fell due while a batch decided (`_fire_fallen_due`)
 MIN_ROOM = 4  # commands a batch may always take, so commands keep moving under a storm of deadlines
 HOLD_POLL_S = 0.02  # while timeouts are held: about one fetch
 HOLD_LOG_AFTER_MS = 1_000
@@ -410,14 +411,8 @@ class Processor:
         self.producer.begin_transaction()
         touched: set[int] = set(self._announce)
         decided_commands = self._decide_commands(commands, touched, now, due)
-        fired = 0
-        for index, keys in due.items():
-            shard = self.shards[index]
-            for key in keys:
-                shard.fire(key, self.next_offsets.get(index, 0), now)
-                fired += 1
-            if keys:
-                touched.add(index)
+        fired = self._fire(due, now, touched)
+        fired += self._fire_fallen_due(now, touched)
         decided = time.perf_counter()
         if decided_commands or fired:
             per = (decided - started) / (decided_commands + fired)
@@ -469,6 +464,38 @@ class Processor:
             touched.add(msg.partition())
             decided += 1
         return decided
+
+    def _fire(self, due: dict[int, list[bytes]], now: int, touched: set[int]) -> int:
+        fired = 0
+        for index, keys in due.items():
+            shard = self.shards[index]
+            for key in keys:
+                shard.fire(key, self.next_offsets.get(index, 0), now)
+                fired += 1
+            if keys:
+                touched.add(index)
+        return fired
+
+    def _fire_fallen_due(self, since: int, touched: set[int]) -> int:
+        """Fire, in this batch and at the time they are fired, the moments (user timers, retries, backoffs) that
+        fell due while it decided, instead of after its produce, send offsets, commit and the next fetch (S4: p99
+        send offsets + commit 250-400 ms on a loaded machine). This comes after every command of the batch, so a
+        workflow's events still go forward in time. Timeouts wait for the next batch: the input gate must first
+        see every command written before they fell due (`input_gate.py`). At most `LATE_PASSES` looks, each firing
+        what fell due during the one before, so a stream of deadlines cannot hold a batch open."""
+        fired = 0
+        for _ in range(LATE_PASSES):
+            at = wall_ms()
+            if at <= since:
+                break
+            late = {i: [k for k in s.due_timers(at, MAX_TIMERS_PER_SHARD) if not is_timeout(k)]
+                    for i, s in self.shards.items()}
+            if not any(late.values()):
+                break
+            fired += self._fire(late, at, touched)
+            self.metrics.timers_fired_late_pass.inc(sum(len(keys) for keys in late.values()))
+            since = at
+        return fired
 
     def _holding_any(self) -> bool:
         return any(gate.target is not None for gate in self._gates.values())

@@ -1,4 +1,5 @@
-"""When a batch stops deciding at a deadline and carries the rest (issue 15: timers on time), and when it must not.
+"""When a batch stops deciding at a deadline and carries the rest (issue 15: timers on time), and when it must not;
+which deadlines that fell due while it decided fire at its end.
 
 The processor's loop over a batch's commands, with stand-in shards and messages and a clock that moves 10 ms a
 look: no broker is involved in the rule itself (`tests/integration/test_timers_on_time.py` runs it on one).
@@ -15,9 +16,9 @@ from confluent_kafka import Message
 
 from ostinato.services.admin.cluster import ClusterSettings
 from ostinato.services.history import processor as processor_module
-from ostinato.services.history.changelog import timer_key
+from ostinato.services.history.changelog import fire_at_of, timer_key
 from ostinato.services.history.input_gate import InputGate
-from ostinato.services.history.processor import MIN_ROOM, Processor, ProcessorOptions
+from ostinato.services.history.processor import LATE_PASSES, MIN_ROOM, Processor, ProcessorOptions
 from ostinato.services.history.shard import Shard
 from ostinato.streams.deadlines import Deadline
 
@@ -110,3 +111,60 @@ def test_a_rebalance_drops_the_carried_commands_of_the_moved_shards(proc: Proces
     proc._carry = cast(list[Message], [FakeMessage(0, 7), FakeMessage(1, 3)])
     proc._drop_carried({0})
     assert [(m.partition(), m.offset()) for m in proc._carry] == [(1, 3)]
+
+
+@dataclass
+class TimerShard:
+    """Deadlines by fire time; `fire` records what fired and at which batch time."""
+
+    pending: list[bytes]
+    fired: list[tuple[bytes, int]] = field(default_factory=list)
+
+    def due_timers(self, now_ms: int, limit: int) -> list[bytes]:
+        return sorted(k for k in self.pending if fire_at_of(k) <= now_ms)[:limit]
+
+    def fire(self, key: bytes, offset: int, now_ms: int) -> None:
+        self.pending.remove(key)
+        self.fired.append((key, now_ms))
+
+
+def at(ms: int, kind: str = "USER_TIMER") -> bytes:
+    return timer_key("ns", "wf", Deadline(ms, kind, "run", str(ms)))
+
+
+def fire_fallen_due(proc: Processor, shard: TimerShard) -> tuple[int, set[int]]:
+    proc.shards = cast(dict[int, Shard], {0: shard})
+    touched: set[int] = set()
+    batch_now = processor_module.wall_ms()  # NOW: the batch's time, read when it began
+    return proc._fire_fallen_due(batch_now, touched), touched
+
+
+def test_moments_that_fell_due_while_the_batch_decided_fire_at_its_end_at_their_own_time(proc: Processor) -> None:
+    """The clock reads NOW + 10 at the first look: what fell due by then fires, stamped with that time, never
+    earlier than its deadline; a timeout due as early waits for the input gate of the next batch."""
+    moment, retry = at(NOW + 5), at(NOW + 8, "ACTIVITY_RETRY")
+    timeout, later = at(NOW + 5, "ACTIVITY_START_TO_CLOSE"), at(NOW + 10_000)
+    shard = TimerShard([moment, retry, timeout, later])
+    fired, touched = fire_fallen_due(proc, shard)
+    assert fired == 2 and touched == {0}
+    assert shard.fired == [(moment, NOW + 10), (retry, NOW + 10)]
+    assert all(time >= fire_at_of(key) for key, time in shard.fired)
+    assert shard.pending == [timeout, later]
+    assert proc.metrics.timers_fired_late_pass._value.get() == 2
+
+
+def test_each_look_fires_what_fell_due_during_the_one_before(proc: Processor) -> None:
+    shard = TimerShard([at(NOW + 5), at(NOW + 15), at(NOW + 25)])  # looks at +10, +20, +30
+    assert fire_fallen_due(proc, shard)[0] == 3
+    assert [time for _, time in shard.fired] == [NOW + 10, NOW + 20, NOW + 30]
+
+
+def test_a_stream_of_deadlines_holds_the_batch_open_for_at_most_a_few_looks(proc: Processor) -> None:
+    shard = TimerShard([at(NOW + 10 * i + 5) for i in range(50)])  # one more falls due before every look
+    assert fire_fallen_due(proc, shard)[0] == LATE_PASSES
+    assert len(shard.pending) == 50 - LATE_PASSES
+
+
+def test_nothing_fires_when_nothing_fell_due(proc: Processor) -> None:
+    shard = TimerShard([at(NOW + 10_000)])
+    assert fire_fallen_due(proc, shard) == (0, set())
