@@ -3,7 +3,9 @@
 Absolute figures drift on shared machines, so what matters is the ratio measured minutes apart on the same box.
 Each scenario runs on each engine before the next scenario starts, and the engine order flips every scenario, so
 a slow minute of the machine does not always land on the same engine. Servers stay up between scenarios (their
-idle cost is in the CPU columns). Run `bench/compare --quick` (a few minutes) or `bench/compare` (the full run);
+idle cost is in the CPU columns). Before the first scenario each engine runs hello workflows, unmeasured, until its
+broker's JIT compiler is quiet (`bench/warmup.py`, `--warm`): the figures are of a warm engine, as in production.
+Run `bench/compare --quick` (a few minutes) or `bench/compare` (the full run);
 `--help` lists the knobs. Nothing here asserts a timing: the goals table says met or not met.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Engine, Result, Scenario, markdown, run_scenario, write_json
+from bench.warmup import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,10 +70,17 @@ def make_engines(names: list[str], home: Path, kafka: str | None = None, process
     return engines
 
 
-async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool, idle: int) -> list[Result]:
+async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool, idle: int,
+                  warm_s: tuple[float, float] = (0.0, 0.0)) -> list[Result]:
     results: list[Result] = []
     run_id = uuid.uuid4().hex[:6]
+    warmed: dict[str, str] = {}
     try:
+        if warm_s[1] > 0:
+            for engine in engines:
+                print(f"== warm-up on {engine.name}", file=sys.stderr, flush=True)
+                warmed[engine.name] = await warm(engine, min_s=warm_s[0], max_s=warm_s[1], run_id=run_id)
+                print(f"  {warmed[engine.name]}", file=sys.stderr, flush=True)
         for n, scenario in enumerate(scenarios):
             order = engines if n % 2 == 0 else list(reversed(engines))
             measured: list[Result] = []
@@ -78,6 +88,8 @@ async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool,
                 print(f"== {scenario.name} {scenario.shape} on {engine.name}", file=sys.stderr, flush=True)
                 await engine.start(scenario)
                 result = await run_scenario(engine, scenario, run_id)
+                if n == 0 and engine.name in warmed:
+                    result.note = warmed[engine.name]
                 await _note_processors(engine, result)
                 measured.append(result)
                 print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
@@ -268,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="JSON results file (default bench/results/compare-<time>.json)")
     parser.add_argument("--home", default="", help="working directory for servers (default: a temp dir)")
     parser.add_argument("--kafka", default=None, help="use this running broker for Ostinato instead of starting one")
+    parser.add_argument("--warm", type=float, default=None, metavar="S",
+                        help="warm each engine with at least S s of hello workflows, then until its broker's JIT "
+                        "compiler is quiet, at most max(S, 180) s (default 30; 10 with --quick; 0: no warm-up)")
     parser.add_argument("--processors", type=int, default=None,
                         help="ostinato server --processors (default: one per core, at most one per shard)")
     args = parser.parse_args(argv)
@@ -285,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
     started = time.monotonic()
+    warm_min = args.warm if args.warm is not None else (10.0 if args.quick else 30.0)
+    warm_s = (warm_min, max(warm_min, 180.0) if warm_min > 0 else 0.0)
     results = asyncio.run(run_all(make_engines(names, home, args.kafka, args.processors), scenarios, args.quick,
-                                  args.s7))
+                                  args.s7, warm_s))
     processor = None if args.no_processor else processor_bench(args.quick)
     meta = {**machine(), "args": vars(args), "engines": names, "elapsed_s": round(time.monotonic() - started),
             "processor_commands_per_s": processor}
