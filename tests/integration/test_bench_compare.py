@@ -30,3 +30,17 @@ def test_compare_runs_every_scenario_on_ostinato(kafka: KafkaCluster, tmp_path: 
     assert "| S0 hello | ostinato | closed |" in done.stdout
     assert "| S4 sleep1s | ostinato | closed |" in done.stdout
     assert "| S1 >= 1,000 wf/s |" in done.stdout  # the goals table, met or not
+
+
+def test_the_warm_up_sees_the_brokers_jit_compiler_and_nothing_in_a_python_process(kafka: KafkaCluster) -> None:
+    """`bench/warmup.py` waits for a broker's compiler threads to go quiet: it must find them in a real JVM (a
+    started broker has compiled code), and find none in a process that has no JIT."""
+    import os
+
+    from bench.warmup import compiler_cpu_s
+
+    pids = [pid for node in kafka.nodes if (pid := kafka.pid(node.node_id)) is not None]
+    assert pids
+    assert compiler_cpu_s(pids) > 0
+    assert compiler_cpu_s([os.getpid()]) == 0
+    assert compiler_cpu_s([2**22 + 12345]) == 0  # no such process: nothing, not an error
