@@ -35,6 +35,7 @@ from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
+from ostinato.services.history.changelog import fire_at_of
 from ostinato.services.history.faults import FaultPoints
 from ostinato.services.history.input_gate import UNKNOWN, InputGate, is_timeout
 from ostinato.services.history.metrics import ProcessorMetrics
@@ -476,19 +477,21 @@ class Processor:
                 touched.add(index)
         return fired
 
-    def _fire_fallen_due(self, since: int, touched: set[int]) -> int:
+    def _fire_fallen_due(self, now: int, touched: set[int]) -> int:
         """Fire, in this batch and at the time they are fired, the moments (user timers, retries, backoffs) that
-        fell due while it decided, instead of after its produce, send offsets, commit and the next fetch (S4: p99
-        send offsets + commit 250-400 ms on a loaded machine). This comes after every command of the batch, so a
-        workflow's events still go forward in time. Timeouts wait for the next batch: the input gate must first
-        see every command written before they fell due (`input_gate.py`). At most `LATE_PASSES` looks, each firing
-        what fell due during the one before, so a stream of deadlines cannot hold a batch open."""
-        fired = 0
+        fell due while it decided (after `now`, its time), instead of after its produce, send offsets, commit and
+        the next fetch (S4: p99 send offsets + commit 250-400 ms on a loaded machine). This comes after every
+        command of the batch, so a workflow's events still go forward in time. Timeouts wait for the next batch:
+        the input gate must first see every command written before they fell due (`input_gate.py`). A backlog due
+        before `now` (beyond the batch's 500 per shard) waits too, so commands keep their share. At most
+        `LATE_PASSES` looks, each firing what fell due during the one before, so a stream of deadlines cannot hold
+        a batch open."""
+        fired, since = 0, now
         for _ in range(LATE_PASSES):
             at = wall_ms()
             if at <= since:
                 break
-            late = {i: [k for k in s.due_timers(at, MAX_TIMERS_PER_SHARD) if not is_timeout(k)]
+            late = {i: [k for k in s.due_timers(at, MAX_TIMERS_PER_SHARD) if fire_at_of(k) > now and not is_timeout(k)]
                     for i, s in self.shards.items()}
             if not any(late.values()):
                 break

@@ -168,3 +168,12 @@ def test_a_stream_of_deadlines_holds_the_batch_open_for_at_most_a_few_looks(proc
 def test_nothing_fires_when_nothing_fell_due(proc: Processor) -> None:
     shard = TimerShard([at(NOW + 10_000)])
     assert fire_fallen_due(proc, shard) == (0, set())
+
+
+def test_a_backlog_due_before_the_batch_began_is_left_to_the_next_batches(proc: Processor) -> None:
+    """Overdue deadlines past the batch's 500 per shard (after a restart, say) keep firing 500 a batch: the end of a
+    batch fires only what fell due while it decided, so commands keep their share."""
+    overdue, fell = at(NOW - 5_000), at(NOW + 5)
+    shard = TimerShard([overdue, fell])
+    assert fire_fallen_due(proc, shard)[0] == 1
+    assert shard.fired == [(fell, NOW + 10)] and shard.pending == [overdue]
