@@ -71,15 +71,15 @@ def make_engines(names: list[str], home: Path, kafka: str | None = None, process
 
 
 async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool, idle: int,
-                  warm_s: tuple[float, float] = (0.0, 0.0)) -> list[Result]:
+                  warm_s: float = 0.0) -> list[Result]:
     results: list[Result] = []
     run_id = uuid.uuid4().hex[:6]
     warmed: dict[str, str] = {}
     try:
-        if warm_s[1] > 0:
+        if warm_s > 0:
             for engine in engines:
                 print(f"== warm-up on {engine.name}", file=sys.stderr, flush=True)
-                warmed[engine.name] = await warm(engine, min_s=warm_s[0], max_s=warm_s[1], run_id=run_id)
+                warmed[engine.name] = await warm(engine, min_s=warm_s, run_id=run_id)
                 print(f"  {warmed[engine.name]}", file=sys.stderr, flush=True)
         for n, scenario in enumerate(scenarios):
             order = engines if n % 2 == 0 else list(reversed(engines))
@@ -300,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
     started = time.monotonic()
-    warm_min = args.warm if args.warm is not None else (10.0 if args.quick else 30.0)
-    warm_s = (warm_min, max(warm_min, 180.0) if warm_min > 0 else 0.0)
+    warm_s = args.warm if args.warm is not None else (10.0 if args.quick else 30.0)
     results = asyncio.run(run_all(make_engines(names, home, args.kafka, args.processors), scenarios, args.quick,
                                   args.s7, warm_s))
     processor = None if args.no_processor else processor_bench(args.quick)

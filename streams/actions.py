@@ -116,8 +116,8 @@ class Deadline(NamedTuple):
     """A moment the owner must act at; the shell keeps an index of these, ordered by time, and fires each once.
 
     A NamedTuple, not a frozen dataclass like the actions: every command derives its runs' deadlines twice (before
-    and after) and diffs the two sets, and a tuple is built and hashed in C, three times faster
-    (`bench/processor.py`)."""
+    and after) and diffs the two sets, and a tuple is built and hashed in C (a set of two: 0.93 µs against 2.84 µs
+    for the frozen dataclass, timed alone; `bench/processor.py` is too noisy to show it)."""
 
     fire_at_ms: int
     kind: str  # a TimerKind symbol

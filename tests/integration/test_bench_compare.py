@@ -4,10 +4,12 @@ scenario runs on a real broker, server and worker, and the tables and JSON come 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from bench.warmup import compiler_cpu_s
 from ostinato.infra.kafka import KafkaCluster
 from tests.conftest import REPO
 
@@ -35,10 +37,6 @@ def test_compare_runs_every_scenario_on_ostinato(kafka: KafkaCluster, tmp_path: 
 def test_the_warm_up_sees_the_brokers_jit_compiler_and_nothing_in_a_python_process(kafka: KafkaCluster) -> None:
     """`bench/warmup.py` waits for a broker's compiler threads to go quiet: it must find them in a real JVM (a
     started broker has compiled code), and find none in a process that has no JIT."""
-    import os
-
-    from bench.warmup import compiler_cpu_s
-
     pids = [pid for node in kafka.nodes if (pid := kafka.pid(node.node_id)) is not None]
     assert pids
     assert compiler_cpu_s(pids) > 0
