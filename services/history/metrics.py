@@ -47,6 +47,9 @@ class ProcessorMetrics:
         self.timers_fired_late_pass = Counter(p + "timers_fired_late_pass", "Moments (user timers, retries, "
                                               "backoffs) that fell due while a batch decided and fired at its end, "
                                               "in the same transaction.", registry=registry)
+        self.timers_fired_in_flight = Counter(p + "timers_fired_in_flight", "Moments that fell due while the "
+                                              "previous batch's commit was in flight and fired into the next batch "
+                                              "then, at their own time (pipelined transactions).", registry=registry)
         self.timeouts_held = Counter(p + "timeouts_held", "Due timeouts held back for a batch because the shard's "
                                      "commands were not all readable yet (an open transaction ahead of them).",
                                      registry=registry)

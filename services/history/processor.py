@@ -1,10 +1,17 @@
 """The history processor: the exactly-once Kafka loop around the core (DESIGN.md §4).
 
 ```
-  poll commands ─► begin ─► decide every command + fire due timers (overlay) ─► produce outputs
-        ▲                                                                          │
-        └── write overlay + checkpoint to RocksDB ◄── commit ◄── send offsets ◄────┘
+  poll commands ─► decide every command + fire due timers (open overlay) ─► land the batch in flight ─► seal
+        ▲                                                                                              │
+        │     committer thread: send offsets ─► commit  (in flight while the next batch is decided) ◄──┤
+        └──────────────────────────────────────────────────────────────── begin ─► produce outputs ◄───┘
 ```
+
+Pipelined (issue 15): batch N+1 is polled and decided, over an overlay stacked on batch N's, while N's offsets are
+sent and its commit runs in a thread of its own; N+1 is begun and produced only once N has landed (committed and
+written to the stores), since Kafka allows one open transaction per producer. Moments that fall due while N is in
+flight fire into N+1 at their own time. When N fails, N+1 was decided on state that never existed: both are
+dropped and the shards rewound to the committed offsets, as for any abort. `OSTINATO_PIPELINE=0` commits in series.
 
 One transactional producer per processor (a server runs one or more: `processors.py`), exactly-once v2: offsets
 are sent with the consumer group's metadata, so a zombie that lost its shards is fenced by the group coordinator.
@@ -22,13 +29,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, base_config
 from ostinato.kafka.task_topics import TaskTopics
@@ -41,7 +50,7 @@ from ostinato.services.history.input_gate import UNKNOWN, InputGate, is_timeout
 from ostinato.services.history.metrics import ProcessorMetrics
 from ostinato.services.history.restore import open_and_restore
 from ostinato.services.history.schema_sync import sync_schemas
-from ostinato.services.history.shard import Output, Shard, Topology
+from ostinato.services.history.shard import Output, Sealed, Shard, Topology
 from ostinato.services.history.store import (
     CHECKPOINT_HISTORY,
     CHECKPOINT_STATE,
@@ -87,6 +96,19 @@ def wall_ms() -> int:
 
 
 @dataclass
+class Flight:
+    """A produced batch whose offsets and commit run in the committer thread."""
+
+    sealed: dict[int, Sealed]  # shard -> its part of the batch
+    commands: int
+    fired: int
+    started: float  # perf_counter marks: the batch's decide began, ended, its records were produced
+    decided: float
+    produced: float
+    done: Future[tuple[float, float]]  # when its offsets were sent and when it committed
+
+
+@dataclass
 class ProcessorOptions:
     data_dir: Path
     owner_id: str = ""  # stable per data directory (the transactional id derives from it)
@@ -97,6 +119,7 @@ class ProcessorOptions:
     config: Config = field(default_factory=Config)
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
     on_history: Callable[[set[bytes]], None] | None = None  # after each commit: runs (`ns/wf/run`) it changed
+    pipeline: bool = True  # decide the next batch while the last one's commit is in flight
 
     @classmethod
     def from_env(cls, data_dir: Path, read_endpoint: str = "") -> ProcessorOptions:
@@ -107,6 +130,7 @@ class ProcessorOptions:
                    session_timeout_ms=int(env["OSTINATO_SESSION_TIMEOUT_MS"]) if env.get(
                        "OSTINATO_SESSION_TIMEOUT_MS") else None,
                    restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")),
+                   pipeline=env.get("OSTINATO_PIPELINE", "1") != "0",
                    # Retention of namespaces that have no record of their own (the default one); tests shorten it.
                    config=Config(retention_ms=int(env.get("OSTINATO_DEFAULT_RETENTION_MS", Config().retention_ms)),
                                  egress_topics=egress_patterns(env.get(EGRESS_ENV, ""))))
@@ -158,6 +182,9 @@ class Processor:
         # Fetched commands a batch left undecided because a deadline fell due meanwhile (`_decide_commands`): the
         # next batch takes them first, so the deadline fires one commit late, not one batch late.
         self._carry: list[Message] = []
+        self._flight: Flight | None = None  # the batch whose commit is in flight (`pipeline`)
+        self._flight_error: KafkaException | None = None  # a flight that failed while a rebalance callback landed it
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="ostinato-commit")
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self._restorer: Consumer | None = None
@@ -210,7 +237,9 @@ class Processor:
             while not self._stop.is_set():
                 self.step()
         finally:
+            self._settle()
             self.consumer.close()
+            self._committer.shutdown(wait=True)
             self._close_shards(list(self.shards))
             self._restorer.close()
             self._watermarks.close()
@@ -237,6 +266,7 @@ class Processor:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Restore every newly owned shard before its commands are fetched (no transaction is open here)."""
+        self._settle()
         self._drop_carried({tp.partition for tp in partitions})  # re-read from the committed offset now
         for tp in partitions:
             try:
@@ -250,7 +280,9 @@ class Processor:
         self.restored.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Callbacks run inside poll, between transactions: nothing is open, the stores are already committed."""
+        """Callbacks run inside poll, between transactions: the batch in flight lands first, so nothing is open
+        and the stores hold every commit."""
+        self._settle()
         self._drop_carried({tp.partition for tp in partitions})  # uncommitted: the next owner reads them again
         self._close_shards([tp.partition for tp in partitions])
         consumer.incremental_unassign(partitions)
@@ -312,9 +344,14 @@ class Processor:
     # -- the loop -------------------------------------------------------------------------------------------------
 
     def step(self) -> None:
-        """One batch: whatever commands arrived, plus due timers, in one transaction."""
+        """One batch: whatever commands arrived, plus due timers, in one transaction; with `pipeline`, decided while
+        the previous batch's commit is in flight."""
         assert self.consumer is not None
         messages = self._poll()
+        if self._flight_error is not None:  # a rebalance callback landed a flight that had failed
+            exc, self._flight_error = self._flight_error, None
+            self._recover(exc)
+            return
         now = wall_ms()
         commands: list[Message] = []
         for msg in messages:
@@ -324,7 +361,7 @@ class Processor:
             elif err.code() != KafkaError._PARTITION_EOF:
                 log.warning("consuming %s: %s", self.commands_topic, err.str())
         due = {i: self._judged(i, s.due_timers(now, MAX_TIMERS_PER_SHARD), now) for i, s in self.shards.items()}
-        if not commands and not any(due.values()) and not self._announce:
+        if not commands and not any(due.values()) and not self._announce and self._flight is None:
             return
         try:
             self._transaction(commands, due, now)
@@ -396,7 +433,7 @@ class Processor:
 
     def _poll_timeout(self) -> float:
         next_due = self._refresh_next_due()
-        if self._announce:
+        if self._announce or self._flight is not None:  # a flight is waited for after the poll (`_land`)
             return 0.0
         if self._holding:  # due timeouts wait for the inputs: look again after a fetch, not in a busy loop
             self._holding = False
@@ -406,11 +443,10 @@ class Processor:
         return min(IDLE_POLL_S, max(0.0, (next_due - wall_ms()) / 1000))
 
     def _transaction(self, commands: list[Message], due: dict[int, list[bytes]], now: int) -> None:
-        assert self.producer is not None and self.consumer is not None
+        """Decide the batch, land the one in flight (firing what falls due meanwhile), then hand this one to the
+        committer thread; without `pipeline`, land it too before returning."""
         started = time.perf_counter()
-        self._open_since = time.monotonic()
-        self.producer.begin_transaction()
-        touched: set[int] = set(self._announce)
+        touched: set[int] = set()
         decided_commands = self._decide_commands(commands, touched, now, due)
         fired = self._fire(due, now, touched)
         fired += self._fire_fallen_due(now, touched)
@@ -418,23 +454,83 @@ class Processor:
         if decided_commands or fired:
             per = (decided - started) / (decided_commands + fired)
             self._decide_s = per if self._decide_s == 0 else 0.8 * self._decide_s + 0.2 * per
-        self._produce_batch(touched)
+        if self._flight is not None:
+            fired += self._land(now, touched)
+        if touched or self._announce:
+            self._ship(touched | self._announce, decided_commands, fired, started, decided)
+        if not self.options.pipeline:
+            self._land(now, None)
+
+    def _ship(self, touched: set[int], commands: int, fired: int, started: float, decided: float) -> None:
+        """Begin the batch's transaction, produce its records and hand its offsets and commit to the committer
+        thread. Its shards' overlays are sealed: the next batch is decided above them until it lands."""
+        assert self.producer is not None and self.consumer is not None
+        self._open_since = time.monotonic()
+        self.producer.begin_transaction()
+        sealed = {i: self.shards[i].seal() for i in sorted(touched) if i in self.shards}
+        self._produce_batch(sealed)
         self.faults.hit("after-produce")
         produced = time.perf_counter()
         offsets = [TopicPartition(self.commands_topic, i, self.next_offsets[i]) for i in sorted(touched)
                    if i in self.next_offsets]
-        self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(),
-                                                  OPERATION_TIMEOUT_S)
+        metadata = self.consumer.consumer_group_metadata()
+        done = self._committer.submit(self._send_offsets_and_commit, offsets, metadata)
+        self._flight = Flight(sealed, commands, fired, started, decided, produced, done)
+
+    def _send_offsets_and_commit(self, offsets: list[TopicPartition], metadata: Any) -> tuple[float, float]:
+        """In the committer thread: both round trips of the transaction's end (the producer is not touched by the
+        processor thread until this returns)."""
+        assert self.producer is not None
+        self.producer.send_offsets_to_transaction(offsets, metadata, OPERATION_TIMEOUT_S)
         self.faults.hit("after-send-offsets")
         sent = time.perf_counter()
         self._commit()
-        self._open_since = self._failed_since = None
         self.faults.hit("after-commit")
-        committed = time.perf_counter()
-        self._after_commit(touched, decided_commands, fired, committed - started)
-        ends = (decided, produced, sent, committed, time.perf_counter())
-        for phase, begun, ended in zip(PHASES, (started, *ends[:-1]), ends, strict=True):
+        return sent, time.perf_counter()
+
+    def _land(self, now: int, touched: set[int] | None) -> int:
+        """Wait for the batch in flight, then write it to the stores and wake its readers. With `touched` (the open
+        batch's shards), moments that fall due meanwhile fire into the open batch at their own time, as at the end
+        of its decide (`_fire_fallen_due`): a commit round trip under load (S4: p99 250-400 ms) is no longer a
+        timer's wait. Returns how many fired. A failed flight is dropped and its error raised (the caller recovers:
+        abort, reset both overlays, rewind)."""
+        flight = self._flight
+        assert flight is not None
+        fired, since = 0, now
+        try:
+            while True:
+                next_due = self._earliest_deadline(after_ms=since) if touched is not None else None
+                timeout = None if next_due is None else max(0.0, (next_due - wall_ms()) / 1000)
+                try:
+                    sent, committed = flight.done.result(timeout)
+                    break
+                except FutureTimeout:
+                    assert touched is not None
+                    looked = wall_ms()
+                    fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight)
+                    since = max(since, looked)  # timeouts due by then wait for the next batch's gate: no busy wait
+        finally:
+            if flight.done.done():
+                self._flight = None
+        self._open_since = self._failed_since = None
+        self._after_commit(flight)
+        ends = (flight.decided, flight.produced, sent, committed, time.perf_counter())
+        for phase, begun, ended in zip(PHASES, (flight.started, *ends[:-1]), ends, strict=True):
             self._phases[phase].observe(ended - begun)
+        return fired
+
+    def _settle(self) -> None:
+        """Land the batch in flight now (a rebalance callback, or stopping): shards change only between
+        transactions, with their stores holding every commit. A failed flight is left for `step` to recover from,
+        its overlays dropped here."""
+        if self._flight is None:
+            return
+        try:
+            self._land(wall_ms(), None)
+        except KafkaException as exc:
+            self._flight_error = exc
+            for shard in self.shards.values():
+                shard.reset()
 
     def _decide_commands(self, commands: list[Message], touched: set[int], now: int,
                          due: dict[int, list[bytes]]) -> int:
@@ -477,7 +573,7 @@ class Processor:
                 touched.add(index)
         return fired
 
-    def _fire_fallen_due(self, now: int, touched: set[int]) -> int:
+    def _fire_fallen_due(self, now: int, touched: set[int], counter: Counter | None = None) -> int:
         """Fire, in this batch and at the time they are fired, the moments (user timers, retries, backoffs) that
         fell due while it decided (after `now`, its time), instead of after its produce, send offsets, commit and
         the next fetch (S4: p99 send offsets + commit 250-400 ms on a loaded machine). This comes after every
@@ -496,14 +592,14 @@ class Processor:
             if not any(late.values()):
                 break
             fired += self._fire(late, at, touched)
-            self.metrics.timers_fired_late_pass.inc(sum(len(keys) for keys in late.values()))
+            (counter or self.metrics.timers_fired_late_pass).inc(sum(len(keys) for keys in late.values()))
             since = at
         return fired
 
     def _holding_any(self) -> bool:
         return any(gate.target is not None for gate in self._gates.values())
 
-    def _produce_batch(self, touched: set[int]) -> None:
+    def _produce_batch(self, sealed: dict[int, Sealed]) -> None:
         assert self.producer is not None
         self._batch_no += 1
         batch = self._batch_no
@@ -520,7 +616,7 @@ class Processor:
                 key = (msg.topic(), msg.partition())
                 self._delivered[key] = max(self._delivered.get(key, -1), msg.offset())
 
-        outputs: list[Output] = [o for i in sorted(touched) if i in self.shards for o in self.shards[i].outputs]
+        outputs: list[Output] = [o for _, batch in sorted(sealed.items()) for o in batch.outputs]
         outputs.extend(self._ownership_records())
         for out in outputs:
             while True:
@@ -555,10 +651,10 @@ class Processor:
         if self._delivery_error is not None:  # cannot happen after a successful commit; never trust it silently
             raise RuntimeError(f"a record of a committed transaction reported {self._delivery_error.str()}")
 
-    def _after_commit(self, touched: set[int], commands: int, fired: int, seconds: float) -> None:
+    def _after_commit(self, flight: Flight) -> None:
         now = pack_int(wall_ms())
         grown: set[bytes] = set()
-        for index in sorted(touched):
+        for index, sealed in sorted(flight.sealed.items()):
             shard = self.shards.get(index)
             if shard is None:
                 continue
@@ -569,23 +665,23 @@ class Processor:
             history = self._delivered.get((self.history_topic, index))
             if history is not None:
                 checkpoint[CHECKPOINT_HISTORY] = pack_int(history + 1)
-            for rejection in shard.rejections:
+            for rejection in sealed.rejections:
                 self.metrics.rejections.labels(rejection.code).inc()
                 log.info("shard %d: rejected %s: %s (%s)", index, _command_name(rejection.command), rejection.code,
                          rejection.message)
-            self.metrics.count_quarantined(shard.quarantined)
-            for lateness in shard.timers_fired:
+            self.metrics.count_quarantined(sealed.quarantined)
+            for lateness in sealed.timers_fired:
                 self.metrics.timer_lateness.observe(max(0, lateness) / 1000)
             if self.options.on_history is not None:  # only a server with waiting readers asks
-                grown |= shard.grown_runs()
-            shard.committed(checkpoint)
+                grown |= sealed.grown_runs()
+            shard.land(sealed, checkpoint)
         if grown and self.options.on_history is not None:
             self.options.on_history(grown)
         self._announce.clear()
-        self.metrics.commands.inc(commands)
-        self.metrics.timers.inc(fired)
-        self.metrics.batch_size.observe(commands + fired)
-        self.metrics.commit_seconds.observe(seconds)
+        self.metrics.commands.inc(flight.commands)
+        self.metrics.timers.inc(flight.fired)
+        self.metrics.batch_size.observe(flight.commands + flight.fired)
+        self.metrics.commit_seconds.observe(time.perf_counter() - flight.started)
 
     # -- failures -------------------------------------------------------------------------------------------------
 
@@ -595,6 +691,7 @@ class Processor:
         assert self.producer is not None
         err: KafkaError = exc.args[0]
         self._open_since = None
+        self._flight = None  # done (its failure is what is recovered from) or never shipped
         if self._failed_since is None:
             self._failed_since = time.monotonic()
         for shard in self.shards.values():

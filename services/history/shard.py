@@ -102,6 +102,34 @@ class Quarantined:
 
 
 @dataclass
+class Sealed:
+    """A batch handed to its transaction (`Shard.seal`). Until its commit lands (`Shard.land`), the next batch
+    reads beneath its own overlay through this one, so it can be decided while the commit is in flight."""
+
+    writes: WriteSet
+    outputs: list[Output]
+    rejections: list[Rejection]
+    quarantined: list[Quarantined]
+    commands: int
+    timers_fired: list[int]
+    events: dict[bytes, Record]
+    written_runs: dict[tuple[str, str], set[bytes]]
+    working: dict[tuple[str, str], Workflow]
+
+    def grown_runs(self) -> set[bytes]:
+        return grown_runs(self.writes)
+
+
+def grown_runs(writes: WriteSet) -> set[bytes]:
+    """For readers waiting on runs: the runs (state keys `ns/wf/run`) a batch added history to, and (as
+    `state_key`) those whose state it changed, for a caller waiting for an update's stage (a rejected update
+    changes the run's state and writes no event)."""
+    grown = {key.rpartition(b"/")[0] for key, value in writes[Family.HISTORY].items() if value is not None}
+    grown.update(state_key(key) for key in writes[Family.STATE] if key.count(b"/") == 2)  # runs only
+    return grown
+
+
+@dataclass
 class _Pending:
     """What one command wrote, merged into the batch only when the whole command succeeded."""
 
@@ -111,7 +139,8 @@ class _Pending:
 
 
 class Shard:
-    """The owner's view of one shard: committed store + the batch's overlay."""
+    """The owner's view of one shard: committed store, the sealed batch whose commit is in flight (if any), and the
+    open batch's overlay on top."""
 
     def __init__(self, index: int, store: ShardStore, topology: Topology, config: Config,
                  cache_size: int = CACHE_SIZE, config_for: Callable[[str], Config] | None = None) -> None:
@@ -129,7 +158,9 @@ class Shard:
         self._events: dict[bytes, Record] = {}
         self._working: dict[tuple[str, str], Workflow] = {}
         self._written_runs: dict[tuple[str, str], set[bytes]] = {}  # state keys of runs the batch wrote
+        self._loaded: set[tuple[str, str]] = set()  # workflows the open batch loaded (`land` must not cache them)
         self._pending = _Pending()
+        self._sealed: Sealed | None = None
         # Committed workflows, decoded: a workflow moves from here to `_working` when a batch touches it and back
         # when the batch commits; an abort drops `_working`, so nothing uncommitted is ever cached.
         self._cache: OrderedDict[tuple[str, str], Workflow] = OrderedDict()
@@ -146,6 +177,9 @@ class Shard:
         batch = self.writes[family]
         if key in batch:
             return batch[key]
+        sealed = self._sealed
+        if sealed is not None and key in sealed.writes[family]:
+            return sealed.writes[family][key]
         return self.store.get(family, key)
 
     def _load(self, ns: str, wf: str) -> Workflow:
@@ -153,6 +187,9 @@ class Shard:
         workflow = self._working.get(key)
         if workflow is not None:
             return workflow
+        self._loaded.add(key)
+        # A workflow the sealed batch changed is not in the cache until that batch lands: it is decoded through
+        # the overlays here, never shared, so a rejection in this batch reloads it as the sealed batch left it.
         workflow = self._cache.pop(key, None)
         if workflow is not None:
             self._working[key] = workflow
@@ -164,6 +201,8 @@ class Shard:
         prefix = (workflow_key(ns, wf) + "/").encode()
         keys = {k for k, _ in self.store.scan(Family.STATE, prefix=prefix)}
         keys.update(self._written_runs.get(key, ()))
+        if self._sealed is not None:
+            keys.update(self._sealed.written_runs.get(key, ()))
         for k in sorted(keys):
             data = self.get(Family.STATE, k)
             if data is not None:
@@ -175,6 +214,8 @@ class Shard:
     def event(self, ns: str, wf: str, run_id: str, event_id: int) -> Record | None:
         key = history_key(ns, wf, run_id, event_id).encode()
         found = self._pending.events.get(key) or self._events.get(key)
+        if found is None and self._sealed is not None:
+            found = self._sealed.events.get(key)
         if found is not None:
             return found
         data = self.get(Family.HISTORY, key)
@@ -285,7 +326,7 @@ class Shard:
     def due_timers(self, now_ms: int, limit: int) -> list[bytes]:
         """Keys of deadlines due by `now_ms`, oldest first: the store's, minus those the batch removed, plus those
         it added."""
-        overlay = self.writes[Family.TIMERS]
+        overlay = self._timer_overlay()
         due: list[bytes] = []
         for key in self._timers.walk():
             if fire_at_of(key) > now_ms or len(due) >= limit:
@@ -297,12 +338,20 @@ class Shard:
 
     def next_timer_ms(self, after_ms: int = -1) -> int | None:
         """The earliest deadline in the index (store and batch) later than `after_ms` (by default, any)."""
-        overlay = self.writes[Family.TIMERS]
+        overlay = self._timer_overlay()
         first = next((fire_at_of(k) for k in self._timers.walk(timers_from(after_ms + 1))
                       if overlay.get(k, b"") is not None), None)
         added = [at for k, v in overlay.items() if v is not None and (at := fire_at_of(k)) > after_ms]
         candidates = [t for t in (first, *added) if t is not None]
         return min(candidates) if candidates else None
+
+    def _timer_overlay(self) -> dict[bytes, bytes | None]:
+        """The deadlines the open and the sealed batch added (b"") and removed (None), the open one's last."""
+        batch = self.writes[Family.TIMERS]
+        sealed = self._sealed
+        if sealed is None or not sealed.writes[Family.TIMERS]:
+            return batch
+        return {**sealed.writes[Family.TIMERS], **batch}
 
     def fire(self, key: bytes, offset: int, now_ms: int) -> None:
         """Process a due deadline as a FireTimer command, inside the batch, so it lands in history once."""
@@ -362,6 +411,8 @@ class Shard:
         history = self.topology.topic(Topic.HISTORY)
         keys = {k for k, _ in self.store.scan(Family.HISTORY, prefix=prefix)}
         keys.update(k for k in self.writes[Family.HISTORY] if k.startswith(prefix))
+        if self._sealed is not None:
+            keys.update(k for k in self._sealed.writes[Family.HISTORY] if k.startswith(prefix))
         p = self._pending
         for key in sorted(keys):
             self._out(history, self.index, key, None)
@@ -372,30 +423,48 @@ class Shard:
 
     # -- the end of a batch ---------------------------------------------------------------------------------------
 
-    def committed(self, checkpoint: dict[bytes, bytes]) -> None:
-        """The transaction is committed: write the overlay and the checkpoint to the store, in one batch."""
-        writes: dict[Family, dict[bytes, bytes | None]] = {f: dict(items) for f, items in self.writes.items()}
+    def seal(self) -> Sealed:
+        """Hand the open batch to its transaction and open the next one above it (DESIGN.md §4: the next batch is
+        decided while this one's commit is in flight). One batch at a time may be sealed."""
+        if self._sealed is not None:
+            raise RuntimeError(f"shard {self.index}: a batch is already sealed (its commit has not landed)")
+        sealed = Sealed(self.writes, self.outputs, self.rejections, self.quarantined, self.commands,
+                        self.timers_fired, self._events, self._written_runs, self._working)
+        self._sealed = sealed
+        self._forget_open()
+        return sealed
+
+    def land(self, sealed: Sealed, checkpoint: dict[bytes, bytes]) -> None:
+        """The sealed batch's transaction is committed: write it and the checkpoint to the store, in one batch."""
+        if sealed is not self._sealed:
+            raise RuntimeError(f"shard {self.index}: landing a batch that is not the sealed one")
+        writes: dict[Family, dict[bytes, bytes | None]] = {f: dict(items) for f, items in sealed.writes.items()}
         writes[Family.META].update(checkpoint)
         self.store.write(writes)
         self._timers.apply(writes[Family.TIMERS])
-        for key, workflow in self._working.items():
-            if workflow.runs or workflow.current is not None:
+        for key, workflow in sealed.working.items():
+            # The open batch loaded its own copy of a workflow it touched (from the overlays): the sealed object is
+            # older than that batch's writes, so it is not cached; the open batch's copy is, when it lands.
+            if (workflow.runs or workflow.current is not None) and key not in self._loaded:
                 self._cache[key] = workflow
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
-        self._working = {}
-        self.reset()
+        self._sealed = None
+
+    def committed(self, checkpoint: dict[bytes, bytes]) -> None:
+        """The open batch's transaction is committed (no batch sealed): seal and land it at once."""
+        self.land(self.seal(), checkpoint)
 
     def grown_runs(self) -> set[bytes]:
-        """For readers waiting on runs: the runs (state keys `ns/wf/run`) this batch added history to, and (as
-        `state_key`) those whose state it changed, for a caller waiting for an update's stage (a rejected update
-        changes the run's state and writes no event)."""
-        grown = {key.rpartition(b"/")[0] for key, value in self.writes[Family.HISTORY].items() if value is not None}
-        grown.update(state_key(key) for key in self.writes[Family.STATE] if key.count(b"/") == 2)  # runs only
-        return grown
+        """`grown_runs` of the open batch."""
+        return grown_runs(self.writes)
 
     def reset(self) -> None:
-        """Forget the batch (after the store write, or after an abort)."""
+        """Forget the open batch and the sealed one (after an abort: neither is committed)."""
+        self._sealed = None
+        self._forget_open()
+
+    def _forget_open(self) -> None:
         self.writes = empty_writes()
         self.outputs = []
         self.rejections = []
@@ -405,6 +474,7 @@ class Shard:
         self._events = {}
         self._working = {}  # after an abort: possibly changed by what was rolled back, so not cached
         self._written_runs = {}
+        self._loaded = set()
         self._pending = _Pending()
 
 

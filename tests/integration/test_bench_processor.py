@@ -10,12 +10,14 @@ import pytest
 from ostinato.infra.kafka import KafkaCluster
 from tests.conftest import REPO
 
-FIGURES = ("| commands/s (sustained) |", "| commands per batch p50 / p95 / max |", "| transaction ms p50 / p95 / p99 |",
+FIGURES = ("| commands/s (sustained) |", "| commands per batch p50 / p95 / max |",
+           "| loop step ms p50 / p95 / p99 (decide, land the last batch, produce) |",
            "| commit_transaction ms p50 / p95 / p99 |", "| records produced per command |",
-           "| process CPU (all threads) |", "| group offsets at end of commands | yes |", "| where the window went |")
+           "| process CPU (all threads) |", "| group offsets at end of commands | yes |",
+           "| where the processor thread's window went |")
 
 
-@pytest.mark.parametrize("extra", [["--mix", "mixed"], ["--mix", "signal", "--profile"]])
+@pytest.mark.parametrize("extra", [["--mix", "mixed"], ["--mix", "signal", "--profile"], ["--serial"]])
 def test_bench_processor_prints_its_figures(kafka: KafkaCluster, extra: list[str]) -> None:
     done = subprocess.run([sys.executable, str(REPO / "bench" / "processor.py"), "--kafka", kafka.bootstrap,
                            "--quick", "--commands", "600", "--workflows", "50", *extra],
