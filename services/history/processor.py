@@ -553,6 +553,8 @@ class Processor:
                 self._carry = commands[i:]
                 self.metrics.batches_cut.inc()
                 break
+            if self._flight is not None and self._flight.done.done():
+                self._land(now, None)  # its stores and waiting readers need not wait for the rest of this batch
             shard = self.shards.get(msg.partition())
             if shard is None:
                 continue  # fetched before its partition was revoked
