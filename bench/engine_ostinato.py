@@ -126,7 +126,7 @@ class OstinatoEngine:
         note = (f"{self.processors} processors: {count:.0f} transactions, p50/p99 {ms(txn, 0.5)}/{ms(txn, 0.99)} ms, "
                 f"{batch_sum / batches if batches else 0:.1f} commands+timers each")
         phases = []
-        for phase in ("decide", "produce", "send_offsets", "commit", "after_commit"):
+        for phase in ("decide", "wait", "produce", "send_offsets", "commit", "after_commit"):
             only = {k: v for k, v in delta.items() if f'phase="{phase}"' in k}
             buckets, _, _ = prometheus_text.histogram(only, "ostinato_processor_phase_seconds")
             if buckets:

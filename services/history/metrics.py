@@ -27,9 +27,10 @@ class ProcessorMetrics:
                                         "producing its records, sending offsets and committing.",
                                         buckets=_LATENCY_BUCKETS, registry=registry)
         self.phase_seconds = Histogram(p + "phase_seconds", "Time of each phase of a transaction: decide (and "
-                                       "encode) the batch, produce its records, send the offsets (AddOffsetsToTxn, "
-                                       "TxnOffsetCommit), commit (acknowledgements and EndTxn), then write the stores "
-                                       "and wake readers (after_commit).", ["phase"],
+                                       "encode) the batch, taking commands while the previous batch commits; wait "
+                                       "for what is left of that commit; produce its records; send the offsets "
+                                       "(AddOffsetsToTxn, TxnOffsetCommit); commit (acknowledgements and EndTxn); "
+                                       "then write the stores and wake readers (after_commit).", ["phase"],
                                        buckets=_LATENCY_BUCKETS, registry=registry)
         self.timer_lateness = Histogram(p + "timer_lateness_seconds", "How late deadlines fire.",
                                         buckets=_LATENCY_BUCKETS, registry=registry)

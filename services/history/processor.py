@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,7 +84,10 @@ HOLD_POLL_S = 0.02  # while timeouts are held: about one fetch
 HOLD_LOG_AFTER_MS = 1_000
 HIGH_WATERMARK_TIMEOUT_S = 2.0  # asking the leader for a partition's end; timeouts stay held if it does not answer
 MIN_SESSION_TIMEOUT_MS = 3_000
-PHASES = ("decide", "produce", "send_offsets", "commit", "after_commit")  # of a transaction, in order (metrics)
+# Of a transaction, in order (metrics): "decide" includes taking commands while the previous batch commits; "wait"
+# is what is left of that commit after deciding.
+PHASES = ("decide", "wait", "produce", "send_offsets", "commit", "after_commit")
+IN_FLIGHT_LOOK_S = 0.005  # while a batch commits, new commands are taken this often (and at once when it returns)
 REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
 # A shard's store can still be locked when it is assigned: a sibling processor of the same server (same data
 # directory) that lost it is still closing it, or a frozen one holds it. Retried this long, then the server exits.
@@ -102,8 +105,9 @@ class Flight:
     sealed: dict[int, Sealed]  # shard -> its part of the batch
     commands: int
     fired: int
-    started: float  # perf_counter marks: the batch's decide began, ended, its records were produced
+    started: float  # perf_counter marks: the batch's decide began, ended, its transaction began, it was produced
     decided: float
+    begun: float
     produced: float
     done: Future[tuple[float, float]]  # when its offsets were sent and when it committed
 
@@ -353,13 +357,7 @@ class Processor:
             self._recover(exc)
             return
         now = wall_ms()
-        commands: list[Message] = []
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                commands.append(msg)
-            elif err.code() != KafkaError._PARTITION_EOF:
-                log.warning("consuming %s: %s", self.commands_topic, err.str())
+        commands = self._commands_of(messages)
         due = {i: self._judged(i, s.due_timers(now, MAX_TIMERS_PER_SHARD), now) for i, s in self.shards.items()}
         if not commands and not any(due.values()) and not self._announce and self._flight is None:
             return
@@ -367,6 +365,16 @@ class Processor:
             self._transaction(commands, due, now)
         except KafkaException as exc:
             self._recover(exc)
+
+    def _commands_of(self, messages: list[Message]) -> list[Message]:
+        commands: list[Message] = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                commands.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consuming %s: %s", self.commands_topic, err.str())
+        return commands
 
     def _poll(self) -> list[Message]:
         """Return as soon as one command is there (a batch never waits to fill), then take what else is ready."""
@@ -443,28 +451,65 @@ class Processor:
         return min(IDLE_POLL_S, max(0.0, (next_due - wall_ms()) / 1000))
 
     def _transaction(self, commands: list[Message], due: dict[int, list[bytes]], now: int) -> None:
-        """Decide the batch, land the one in flight (firing what falls due meanwhile), then hand this one to the
-        committer thread; without `pipeline`, land it too before returning."""
+        """Decide the batch, and while the one in flight commits go on taking and deciding what arrives (firing what
+        falls due), land it, then hand this one to the committer thread; without `pipeline`, land it too."""
         started = time.perf_counter()
         touched: set[int] = set()
         decided_commands = self._decide_commands(commands, touched, now, due)
         fired = self._fire(due, now, touched)
         fired += self._fire_fallen_due(now, touched)
-        decided = time.perf_counter()
         if decided_commands or fired:
-            per = (decided - started) / (decided_commands + fired)
+            per = (time.perf_counter() - started) / (decided_commands + fired)
             self._decide_s = per if self._decide_s == 0 else 0.8 * self._decide_s + 0.2 * per
+        last = now
         if self._flight is not None:
-            fired += self._land(now, touched)
+            more, more_fired, last = self._decide_in_flight(now, touched, decided_commands)
+            decided_commands, fired = decided_commands + more, fired + more_fired
+        decided = time.perf_counter()
+        if self._flight is not None:
+            fired += self._land(last, touched)
         if touched or self._announce:
             self._ship(touched | self._announce, decided_commands, fired, started, decided)
         if not self.options.pipeline:
-            self._land(now, None)
+            self._land(last, None)
+
+    def _decide_in_flight(self, now: int, touched: set[int], taken: int) -> tuple[int, int, int]:
+        """Until the batch in flight lands, take the commands that arrive and decide them into the open batch, and
+        fire the moments that fall due. Everything that arrives before the commit returns rides in the next
+        transaction, as it did when commits ran in series (as few transactions, markers and offset commits for
+        the broker), but it is decided meanwhile. Each look has its own time, never earlier than the last, and
+        moments fire before the commands that come after them, so a workflow's events still go forward in time;
+        timeouts wait for the next batch's input gate. Stops when the batch is full or was cut at a deadline (its
+        rest goes first in the next). A rebalance during a look lands the flight in its callback (`_settle`).
+        Returns the commands decided, the moments fired and the time of the last look."""
+        assert self.consumer is not None
+        decided = fired = 0
+        last = now
+        while self._flight is not None and not self._stop.is_set():
+            room = self._room(wall_ms()) - taken - decided
+            if self._carry or room <= 0:
+                break
+            flight = self._flight.done
+            wait([flight], timeout=IN_FLIGHT_LOOK_S)  # wakes at once when the commit returns
+            messages = self.consumer.consume(room, timeout=0)
+            if self._flight_error is not None:  # the flight failed while a rebalance callback landed it
+                exc, self._flight_error = self._flight_error, None
+                raise exc
+            fired += self._fire_fallen_due(last, touched, self.metrics.timers_fired_in_flight)
+            at = max(last, wall_ms())
+            commands = self._commands_of(messages)
+            if commands:
+                decided += self._decide_commands(commands, touched, at, {})
+            last = at
+            if flight.done():  # what arrived until it returned has been taken: ship now
+                break
+        return decided, fired, last
 
     def _ship(self, touched: set[int], commands: int, fired: int, started: float, decided: float) -> None:
         """Begin the batch's transaction, produce its records and hand its offsets and commit to the committer
         thread. Its shards' overlays are sealed: the next batch is decided above them until it lands."""
         assert self.producer is not None and self.consumer is not None
+        begun = time.perf_counter()
         self._open_since = time.monotonic()
         self.producer.begin_transaction()
         sealed = {i: self.shards[i].seal() for i in sorted(touched) if i in self.shards}
@@ -475,7 +520,7 @@ class Processor:
                    if i in self.next_offsets]
         metadata = self.consumer.consumer_group_metadata()
         done = self._committer.submit(self._send_offsets_and_commit, offsets, metadata)
-        self._flight = Flight(sealed, commands, fired, started, decided, produced, done)
+        self._flight = Flight(sealed, commands, fired, started, decided, begun, produced, done)
 
     def _send_offsets_and_commit(self, offsets: list[TopicPartition], metadata: Any) -> tuple[float, float]:
         """In the committer thread: both round trips of the transaction's end (the producer is not touched by the
@@ -514,7 +559,7 @@ class Processor:
                 self._flight = None
         self._open_since = self._failed_since = None
         self._after_commit(flight)
-        ends = (flight.decided, flight.produced, sent, committed, time.perf_counter())
+        ends = (flight.decided, flight.begun, flight.produced, sent, committed, time.perf_counter())
         for phase, begun, ended in zip(PHASES, (flight.started, *ends[:-1]), ends, strict=True):
             self._phases[phase].observe(ended - begun)
         return fired
