@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from ostinato.kafka.clients import base_config
 from ostinato.kafka.task_topics import worker_group
 from ostinato.schemas.topics import TaskKind, queue_of_held_topic
-from ostinato.services.admin.lag import group_positions, offsets
+from ostinato.services.admin.lag import GroupPositions, offsets
 
 log = logging.getLogger("ostinato.backlog")
 INTERVAL_S = 5.0  # OSTINATO_BACKLOG_INTERVAL_S
@@ -121,10 +121,11 @@ class BacklogCollector(Collector):
         consumer = Consumer({**base_config(self.bootstrap, "ostinato-backlog"), "group.id": f"{self.prefix}-backlog",
                              "enable.auto.commit": False, "isolation.level": "read_committed",
                              "enable.partition.eof": True, "fetch.wait.max.ms": 50})
+        groups = GroupPositions(self.bootstrap, "ostinato-backlog")
         try:
             while not self._stop.is_set():
                 try:
-                    measured = self.measure(admin, consumer)
+                    measured = self.measure(admin, consumer, groups)
                     with self._lock:
                         self._latest, self._measured_ms = measured, time.time_ns() // 1_000_000
                 except KafkaException as exc:
@@ -132,8 +133,10 @@ class BacklogCollector(Collector):
                 self._stop.wait(self.interval_s)
         finally:
             consumer.close()
+            groups.close()
 
-    def measure(self, admin: AdminClient, consumer: Consumer) -> dict[tuple[str, str], Backlog]:
+    def measure(self, admin: AdminClient, consumer: Consumer, groups: GroupPositions,
+                ) -> dict[tuple[str, str], Backlog]:
         """Every queue's backlog now (queues whose topics exist; a queue never used has none)."""
         topics = list(admin.list_topics(timeout=TIMEOUT_S).topics.items())
         partitions = {name: sorted(meta.partitions) for name, meta in topics if meta.error is None and meta.partitions}
@@ -141,7 +144,7 @@ class BacklogCollector(Collector):
         for source in sources(sorted(partitions), self.prefix):
             parts = partitions[source.topic]
             entry = out.setdefault((source.queue, source.kind.value), Backlog())
-            positions = group_positions(admin, source.group, source.topic, parts, TIMEOUT_S)
+            positions = groups.read(source.group, source.topic, parts, TIMEOUT_S)
             starts = offsets(admin, source.topic, parts, OffsetSpec.earliest(), TIMEOUT_S)
             ends = offsets(admin, source.topic, parts, OffsetSpec.latest(), TIMEOUT_S)
             for p in parts:

@@ -7,12 +7,14 @@ show a lag of one or two until its next command (a marker written after the last
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from ostinato.kafka.clients import base_config
 from ostinato.services.admin.cluster import BrokerInfo
 
 
@@ -56,16 +58,41 @@ def offsets(admin: AdminClient, topic: str, partitions: list[int], spec: OffsetS
     return {tp.partition: future.result(timeout).offset for tp, future in futures.items()}
 
 
-def group_positions(admin: AdminClient, group: str, topic: str, partitions: list[int],
-                    timeout: float) -> dict[int, int]:
-    """The offsets `group` committed on `topic` (partitions it never committed are left out).
+class GroupPositions:
+    """The offsets consumer groups committed, each group read through a consumer of its own configured with that
+    group's id and never subscribed, so it never joins the group (an OffsetFetch is all it sends).
 
-    Raises:
-        KafkaException: the group coordinator did not answer within `timeout`.
-    """
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    answer = admin.list_consumer_group_offsets([request], request_timeout=timeout)[group].result(timeout)
-    return {tp.partition: tp.offset for tp in answer.topic_partitions if tp.offset >= 0 and tp.error is None}
+    Not `AdminClient.list_consumer_group_offsets`: when the group's coordinator moves, librdkafka handles the
+    answer's NOT_COORDINATOR by asking the client's own consumer group to look for the coordinator, and an
+    AdminClient has none: the process dies of a SIGSEGV in `rd_kafka_cgrp_op` (confluentinc/librdkafka#5040, open;
+    seen here as both servers dying at once in the chaos suite's server wipe, from the backlog collector). A
+    consumer has its group, and looks for the new coordinator. It also asks for stable offsets (KIP-447), so an
+    offset pending in an open transaction is waited for rather than read as the previous one."""
+
+    def __init__(self, bootstrap: str, client_id: str) -> None:
+        self.bootstrap, self.client_id = bootstrap, client_id
+        self._readers: dict[str, Consumer] = {}
+        self._lock = threading.Lock()  # one reader per group, made once even when two threads ask at once
+
+    def read(self, group: str, topic: str, partitions: list[int], timeout: float) -> dict[int, int]:
+        """The offsets `group` committed on `topic` (partitions it never committed are left out).
+
+        Raises:
+            KafkaException: the group coordinator did not answer within `timeout`.
+        """
+        with self._lock:
+            reader = self._readers.get(group)
+            if reader is None:
+                reader = self._readers[group] = Consumer({**base_config(self.bootstrap, self.client_id),
+                                                          "group.id": group, "enable.auto.commit": False})
+        answer = reader.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout)
+        return {tp.partition: tp.offset for tp in answer if tp.offset >= 0 and tp.error is None}
+
+    def close(self) -> None:
+        with self._lock:
+            readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            reader.close()
 
 
 def partition_lags(positions: Mapping[int, int], starts: Mapping[int, int],

@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from ostinato.kafka.clients import base_config
 from ostinato.kafka.task_topics import worker_group
 from ostinato.schemas.topics import TaskKind, held_topic_name, task_queue_problem, task_topic_name
+from ostinato.services.admin.lag import GroupPositions
 
 TIMEOUT_S = 10.0
 SCAN_LIMIT = 10_000  # tasks counted one by one per partition before estimating
@@ -28,13 +29,15 @@ def describe_task_queue(bootstrap: str, prefix: str, queue: str) -> dict[str, An
     out: dict[str, Any] = {"task_queue": queue, "group": group, "workers": _members(admin, group)}
     consumer = Consumer({**base_config(bootstrap, "ostinato-task-queues"), "group.id": f"{group}-inspect",
                          "enable.auto.commit": False, "isolation.level": "read_committed"})
+    groups = GroupPositions(bootstrap, "ostinato-task-queues")
     try:
         for kind in TaskKind:
-            out[kind.value] = _backlog(admin, consumer, group, task_topic_name(prefix, queue, kind))
+            out[kind.value] = _backlog(admin, consumer, groups, group, task_topic_name(prefix, queue, kind))
         # a rate-limited queue's activity tasks the rate limiter has not released yet (docs/architecture.md §7)
-        out["held"] = _backlog(admin, consumer, f"{prefix}-rate-limiter", held_topic_name(prefix, queue))
+        out["held"] = _backlog(admin, consumer, groups, f"{prefix}-rate-limiter", held_topic_name(prefix, queue))
     finally:
         consumer.close()
+        groups.close()
     return out
 
 
@@ -46,14 +49,13 @@ def _members(admin: AdminClient, group: str) -> list[dict[str, str]]:
     return [{"member_id": m.member_id, "client_id": m.client_id, "host": m.host} for m in described.members]
 
 
-def _backlog(admin: AdminClient, consumer: Consumer, group: str, topic: str) -> dict[str, Any]:
+def _backlog(admin: AdminClient, consumer: Consumer, groups: GroupPositions, group: str, topic: str,
+             ) -> dict[str, Any]:
     meta = admin.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         return {"exists": False, "partitions": 0, "backlog": 0, "oldest_age_ms": None}
     tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
-    request = ConsumerGroupTopicPartitions(group, tps)
-    committed = admin.list_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[group].result(TIMEOUT_S)
-    offsets = {tp.partition: tp.offset for tp in committed.topic_partitions}
+    offsets = groups.read(group, topic, [tp.partition for tp in tps], TIMEOUT_S)
     backlog, oldest = 0, None
     now_ms = time.time_ns() // 1_000_000
     for tp in tps:

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from ostinato.kafka.clients import admin_client
 from ostinato.schemas.topics import Topic, topic_name
-from ostinato.services.admin.lag import PartitionLag, brokers, group_positions, topic_lags
+from ostinato.services.admin.lag import GroupPositions, PartitionLag, brokers, topic_lags
 from ostinato.services.frontend.http import RETRY_AFTER_S, error
 from ostinato.services.frontend.visibility_api import FEEDER, Feeder
 
@@ -64,6 +64,7 @@ class ClusterWatch:
         self._admin_lock = threading.Lock()  # brokers and lag are read on two executor threads at once
         self._brokers: _Cached | None = None
         self._lag: _Cached | None = None
+        self._groups = GroupPositions(bootstrap, "ostinato-lag")  # its consumers are made on first use
 
     def _client(self) -> AdminClient:
         with self._admin_lock:
@@ -104,7 +105,7 @@ class ClusterWatch:
 
     def _processor_lags(self) -> list[PartitionLag]:
         topic, shards = topic_name(self.prefix, Topic.COMMANDS), list(range(self.shards))
-        committed = group_positions(self._client(), f"{self.prefix}-history", topic, shards, TIMEOUT_S)
+        committed = self._groups.read(f"{self.prefix}-history", topic, shards, TIMEOUT_S)
         return topic_lags(self._client(), topic, shards, committed, TIMEOUT_S)
 
     def _visibility_lags(self, feeder: Feeder) -> list[PartitionLag]:
