@@ -188,6 +188,7 @@ class Processor:
         self._carry: list[Message] = []
         self._flight: Flight | None = None  # the batch whose commit is in flight (`pipeline`)
         self._flight_error: KafkaException | None = None  # a flight that failed while a rebalance callback landed it
+        self._in_transaction = False  # begun and neither committed nor aborted
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="ostinato-commit")
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
@@ -512,6 +513,7 @@ class Processor:
         begun = time.perf_counter()
         self._open_since = time.monotonic()
         self.producer.begin_transaction()
+        self._in_transaction = True
         sealed = {i: self.shards[i].seal() for i in sorted(touched) if i in self.shards}
         self._produce_batch(sealed)
         self.faults.hit("after-produce")
@@ -558,6 +560,7 @@ class Processor:
             if flight.done.done():
                 self._flight = None
         self._open_since = self._failed_since = None
+        self._in_transaction = False
         self._after_commit(flight)
         ends = (flight.decided, flight.begun, flight.produced, sent, committed, time.perf_counter())
         for phase, begun, ended in zip(PHASES, (flight.started, *ends[:-1]), ends, strict=True):
@@ -663,7 +666,7 @@ class Processor:
                 key = (msg.topic(), msg.partition())
                 self._delivered[key] = max(self._delivered.get(key, -1), msg.offset())
 
-        outputs: list[Output] = [o for _, batch in sorted(sealed.items()) for o in batch.outputs]
+        outputs: list[Output] = [o for _, part in sorted(sealed.items()) for o in part.outputs]
         outputs.extend(self._ownership_records())
         for out in outputs:
             while True:
@@ -737,8 +740,13 @@ class Processor:
         and every owned shard caught up from its changelog again, since another owner may have written to it."""
         assert self.producer is not None
         err: KafkaError = exc.args[0]
+        flight = self._flight
+        if flight is not None:  # the failure came while deciding the next batch, with this one still committing
+            wait([flight.done])  # the producer is the committer thread's until its commit returns
+            if flight.done.exception() is None:
+                self._land(wall_ms(), None)  # committed: the stores must hold it before the overlays are dropped
+            self._flight = None
         self._open_since = None
-        self._flight = None  # done (its failure is what is recovered from) or never shipped
         if self._failed_since is None:
             self._failed_since = time.monotonic()
         for shard in self.shards.values():
@@ -749,9 +757,14 @@ class Processor:
             self._rebuild()
             return
         self.metrics.aborts.labels("abortable").inc()
+        if not self._in_transaction:  # nothing was begun since the last commit: only the decisions are dropped
+            log.warning("batch dropped before its transaction began: %s", err.str())
+            self._rewind()
+            return
         log.warning("transaction aborted: %s", err.str())
         try:
             self.producer.abort_transaction(OPERATION_TIMEOUT_S)
+            self._in_transaction = False
         except KafkaException as abort_exc:
             log.warning("abort failed (%s): rebuilding the producer", abort_exc.args[0].str())
             self._rebuild()
@@ -766,6 +779,7 @@ class Processor:
         with contextlib.suppress(Exception):
             self.producer.purge()
         self.producer = None
+        self._in_transaction = False
         for attempt in range(REBUILD_ATTEMPTS):
             try:
                 self.producer = self._new_producer()
