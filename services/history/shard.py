@@ -110,23 +110,19 @@ class Sealed:
     outputs: list[Output]
     rejections: list[Rejection]
     quarantined: list[Quarantined]
-    commands: int
     timers_fired: list[int]
     events: dict[bytes, Record]
     written_runs: dict[tuple[str, str], set[bytes]]
     working: dict[tuple[str, str], Workflow]
 
     def grown_runs(self) -> set[bytes]:
-        return grown_runs(self.writes)
-
-
-def grown_runs(writes: WriteSet) -> set[bytes]:
-    """For readers waiting on runs: the runs (state keys `ns/wf/run`) a batch added history to, and (as
-    `state_key`) those whose state it changed, for a caller waiting for an update's stage (a rejected update
-    changes the run's state and writes no event)."""
-    grown = {key.rpartition(b"/")[0] for key, value in writes[Family.HISTORY].items() if value is not None}
-    grown.update(state_key(key) for key in writes[Family.STATE] if key.count(b"/") == 2)  # runs only
-    return grown
+        """For readers waiting on runs: the runs (state keys `ns/wf/run`) this batch added history to, and (as
+        `state_key`) those whose state it changed, for a caller waiting for an update's stage (a rejected update
+        changes the run's state and writes no event)."""
+        writes = self.writes
+        grown = {key.rpartition(b"/")[0] for key, value in writes[Family.HISTORY].items() if value is not None}
+        grown.update(state_key(key) for key in writes[Family.STATE] if key.count(b"/") == 2)  # runs only
+        return grown
 
 
 @dataclass
@@ -428,8 +424,8 @@ class Shard:
         decided while this one's commit is in flight). One batch at a time may be sealed."""
         if self._sealed is not None:
             raise RuntimeError(f"shard {self.index}: a batch is already sealed (its commit has not landed)")
-        sealed = Sealed(self.writes, self.outputs, self.rejections, self.quarantined, self.commands,
-                        self.timers_fired, self._events, self._written_runs, self._working)
+        sealed = Sealed(self.writes, self.outputs, self.rejections, self.quarantined, self.timers_fired,
+                        self._events, self._written_runs, self._working)
         self._sealed = sealed
         self._forget_open()
         return sealed
@@ -454,10 +450,6 @@ class Shard:
     def committed(self, checkpoint: dict[bytes, bytes]) -> None:
         """The open batch's transaction is committed (no batch sealed): seal and land it at once."""
         self.land(self.seal(), checkpoint)
-
-    def grown_runs(self) -> set[bytes]:
-        """`grown_runs` of the open batch."""
-        return grown_runs(self.writes)
 
     def reset(self) -> None:
         """Forget the open batch and the sealed one (after an abort: neither is committed)."""

@@ -14,6 +14,7 @@ from ostinato.kafka.clients import admin_client, idempotent_producer, reader
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import split_key, workflow_key
 from ostinato.schemas.topics import Topic, topic_name
+from ostinato.services.admin.checker import check_history
 from tests.tools.programs import to_payload
 from tests.tools.worker import FLUSH_TIMEOUT_S, command_record, produce_command
 
@@ -126,3 +127,25 @@ def _take(msg: Message, namespace: str, pending: set[str], closed: dict[str, Rec
         pending.discard(workflow_id)
         closed[workflow_id] = event
 
+
+def wait_for_events(bootstrap: str, prefix: str, workflow_ids: list[str], event_type: str, count: int,
+                    timeout: float) -> None:
+    """Until each workflow's history holds `count` events of the type."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        histories = {wf: events for (_, wf, _), events in check_history(bootstrap, prefix).histories.items()}
+        if all(sum(e["event_type"] == event_type for e in histories.get(wf, [])) >= count for wf in workflow_ids):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{workflow_ids} did not all have {count} {event_type} events in {timeout:.0f} s")
+
+
+def timer_fired_once(events: list[Record]) -> tuple[int, int]:
+    """A one-timer run's TIMER_FIRED time and its deadline (TIMER_STARTED's time plus its timeout), after checking
+    that it fired exactly once and never early."""
+    assert [e["event_type"] for e in events].count("TIMER_FIRED") == 1
+    fired = next(e for e in events if e["event_type"] == "TIMER_FIRED")["event_time_ms"]
+    started = next(e for e in events if e["event_type"] == "TIMER_STARTED")
+    due = started["event_time_ms"] + started["attributes"][1]["start_to_fire_timeout_ms"]
+    assert fired >= due, f"fired at {fired}, {due - fired} ms before its deadline"
+    return fired, due
