@@ -6,6 +6,11 @@ read endpoint (published in `<prefix>.cluster`), once: a second hop means owners
 gets a clear 503 with `Retry-After`. A shard can also move while a request holds its store (a long-poll waits
 across commits): the processor thread then closes the store, the read raises `StoreClosed`, and `owner_read`
 answers as a request arriving now would (a redirect to the new owner, or the 503), never a 500.
+
+Reads see their own writes: a client told a command was done (the reply is read committed, so the commit has
+happened) may ask the owner before its processor thread has written that commit to the store, and more so with
+pipelined transactions, where the thread may be deciding the next batch when the commit returns. So a read first
+waits until every transaction the owner began before the read arrived has landed in its store (`caught_up`).
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
 from ostinato.services.frontend.http import RETRY_AFTER_S, error, jsonable
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
-from ostinato.services.history.waiters import HistoryWaiters
+from ostinato.services.history.waiters import LANDED, HistoryWaiters
 from ostinato.streams.model import decode_current, decode_run, to_record
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 HOP = "owner_hop"
+LANDED_WAIT_S = 5.0  # a read waits at most this long for the transactions begun before it to land in the stores
 MAX_WAIT_S = 60.0  # history long-polls (`wait_ms`) hold a request at most this long
 AVRO = "avro"  # ?format=avro: the records as stored (single-object Avro), for SDKs; the default is JSON
 STATE_CONTENT_TYPE = "application/vnd.ostinato.state+avro"
@@ -46,6 +52,14 @@ class StoreSource(Protocol):
 
     def settled(self) -> bool:
         """False while this process's stores may lag Kafka (`Processor.settled`): "not found" is then a 503."""
+        ...
+
+    def mark(self) -> tuple[int, ...]:
+        """The transactions begun so far (`Processor.mark`)."""
+        ...
+
+    def landed(self, mark: tuple[int, ...]) -> bool:
+        """Whether every transaction counted in `mark` is in the stores (or was aborted)."""
         ...
 
 
@@ -131,12 +145,35 @@ def owner_read(handler: Handler) -> Handler:
             owner = ctx.ownership.owner(shard_for(ns, wf, ctx.shards))
             if owner is not None and owner["owner_id"] in ctx.relay:
                 return await ctx.relay.forward(request, str(owner["owner_id"]))
+        if ctx.source is not None:
+            await caught_up(ctx.source, ctx.waiters)
         try:
             return await handler(request)
         except StoreClosed:
             return owner_elsewhere(request, shard_for(ns, wf, ctx.shards))
 
     return wrapped
+
+
+async def caught_up(source: StoreSource, waiters: HistoryWaiters | None) -> None:
+    """Wait until every transaction `source` began before now has landed in its stores, at most `LANDED_WAIT_S`
+    (a transaction open that long makes `settled` false, and absence a 503). Costs nothing between transactions,
+    at most one commit while one is in flight: the write a client was just told of is in that one or an older
+    one. Woken by the processor's notification after each landing (polled without `waiters`, as in tests)."""
+    mark = source.mark()
+    deadline = time.monotonic() + LANDED_WAIT_S
+    while not source.landed(mark):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        if waiters is None:
+            await asyncio.sleep(min(0.005, remaining))
+            continue
+        future = waiters.watch(LANDED)  # before the check: a landing in between still wakes it
+        if source.landed(mark):
+            waiters.unwatch(LANDED, future)
+            return
+        await waiters.wait(LANDED, future, remaining)
 
 
 def run_id_param(store: ShardStore, ns: str, wf: str, request: web.Request) -> str | None:

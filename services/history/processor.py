@@ -102,6 +102,7 @@ def wall_ms() -> int:
 class Flight:
     """A produced batch whose offsets and commit run in the committer thread."""
 
+    number: int  # the processor's count of transactions begun, this one included
     sealed: dict[int, Sealed]  # shard -> its part of the batch
     commands: int
     fired: int
@@ -122,7 +123,7 @@ class ProcessorOptions:
     restore_write_every: int = 5_000
     config: Config = field(default_factory=Config)
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
-    on_history: Callable[[set[bytes]], None] | None = None  # after each commit: runs (`ns/wf/run`) it changed
+    on_history: Callable[[set[bytes]], None] | None = None  # after each landing or abort: runs (`ns/wf/run`) it changed
     pipeline: bool = True  # decide the next batch while the last one's commit is in flight
 
     @classmethod
@@ -189,6 +190,10 @@ class Processor:
         self._flight: Flight | None = None  # the batch whose commit is in flight (`pipeline`)
         self._flight_error: KafkaException | None = None  # a flight that failed while a rebalance callback landed it
         self._in_transaction = False  # begun and neither committed nor aborted
+        # Transactions begun, and how many of them are in the stores or were aborted (`mark`, `landed`): written by
+        # the processor thread, read by the API's. Ints, each set in one step.
+        self._txns_begun = 0
+        self._txns_landed = 0
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="ostinato-commit")
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
@@ -512,6 +517,7 @@ class Processor:
         assert self.producer is not None and self.consumer is not None
         begun = time.perf_counter()
         self._open_since = time.monotonic()
+        self._txns_begun += 1
         self.producer.begin_transaction()
         self._in_transaction = True
         sealed = {i: self.shards[i].seal() for i in sorted(touched) if i in self.shards}
@@ -522,7 +528,7 @@ class Processor:
                    if i in self.next_offsets]
         metadata = self.consumer.consumer_group_metadata()
         done = self._committer.submit(self._send_offsets_and_commit, offsets, metadata)
-        self._flight = Flight(sealed, commands, fired, started, decided, begun, produced, done)
+        self._flight = Flight(self._txns_begun, sealed, commands, fired, started, decided, begun, produced, done)
 
     def _send_offsets_and_commit(self, offsets: list[TopicPartition], metadata: Any) -> tuple[float, float]:
         """In the committer thread: both round trips of the transaction's end (the producer is not touched by the
@@ -725,7 +731,8 @@ class Processor:
             if self.options.on_history is not None:  # only a server with waiting readers asks
                 grown |= sealed.grown_runs()
             shard.land(sealed, checkpoint)
-        if grown and self.options.on_history is not None:
+        self._txns_landed = flight.number
+        if self.options.on_history is not None:  # even with no run grown: reads wait for the landing (`mark`)
             self.options.on_history(grown)
         self._announce.clear()
         self.metrics.commands.inc(flight.commands)
@@ -751,6 +758,9 @@ class Processor:
             self._failed_since = time.monotonic()
         for shard in self.shards.values():
             shard.reset()
+        self._txns_landed = self._txns_begun  # an aborted batch never reaches the stores: reads need not wait for it
+        if self.options.on_history is not None:
+            self.options.on_history(set())
         if err.fatal():
             self.metrics.aborts.labels("fatal").inc()
             log.warning("producer fatal error (%s): rebuilding the producer and restoring owned shards", err.str())
@@ -820,6 +830,14 @@ class Processor:
     def owned(self) -> list[int]:
         with self._lock:
             return sorted(self.shards)
+
+    def mark(self) -> tuple[int, ...]:
+        """The transactions begun so far: a read that arrives now waits until they have `landed` (its client may
+        have been told of a write in one that committed but is not in the stores yet; see `reads.caught_up`)."""
+        return (self._txns_begun,)
+
+    def landed(self, mark: tuple[int, ...]) -> bool:
+        return self._txns_landed >= mark[0]
 
     def settled(self) -> bool:
         """Whether a read that finds nothing in an owned store may answer "not found".

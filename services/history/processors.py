@@ -73,6 +73,12 @@ class Processors:
                 return store
         return None
 
+    def mark(self) -> tuple[int, ...]:
+        return tuple(n for proc in self.members for n in proc.mark())
+
+    def landed(self, mark: tuple[int, ...]) -> bool:
+        return all(proc.landed(mark[i:i + 1]) for i, proc in enumerate(self.members))
+
     def settled(self) -> bool:
         """A read that found nothing cannot tell which processor should have had it: all must be settled."""
         return all(proc.settled() for proc in self.members)

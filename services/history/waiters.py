@@ -1,9 +1,10 @@
 """Wake HTTP long-polls when a run's history grows, instead of having them poll the store.
 
 The processor thread calls `notify` after each commit with the runs that gained events (their store writes are
-done by then, so a woken reader sees them); readers on the event loop `watch` a run before checking the store,
-so a commit between the check and the wait still wakes them. Only the owner's process has the processor whose
-commits matter, and owner reads are exactly what is served there.
+done by then, so a woken reader sees them), and after an abort with none; readers on the event loop `watch` a run
+before checking the store, so a commit between the check and the wait still wakes them. Every notification also
+wakes the reads waiting for the transactions begun before them to land (`LANDED`). Only the owner's process has
+the processor whose commits matter, and owner reads are exactly what is served there.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 from collections.abc import Iterable
 
 STATE_PREFIX = b"state:"
+LANDED = b"landed:"  # woken by every notification: reads waiting for a transaction to land (`reads.caught_up`)
 
 
 def state_key(run_key: bytes) -> bytes:
@@ -34,7 +36,7 @@ class HistoryWaiters:
         """Thread-safe: the runs (`ns/wf/run` store keys) whose history just grew."""
         loop = self._loop
         if loop is not None and self._waiters:
-            keys = list(run_keys)
+            keys = [*run_keys, LANDED]
             with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
                 loop.call_soon_threadsafe(self._wake, keys)
 

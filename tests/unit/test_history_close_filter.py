@@ -34,6 +34,12 @@ class Source:
     def settled(self) -> bool:
         return True
 
+    def mark(self) -> tuple[int, ...]:
+        return (0,)
+
+    def landed(self, mark: tuple[int, ...]) -> bool:
+        return True
+
 
 class Owners:
     def owner(self, shard: int) -> dict[str, object] | None:

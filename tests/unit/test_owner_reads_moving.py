@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ostinato.schemas.keys import run_key
-from ostinato.services.frontend import api
+from ostinato.services.frontend import api, reads
 from ostinato.services.frontend.reads import HOP, ReadContext, add_routes
 from ostinato.services.history.shard import Shard
 from ostinato.services.history.store import Family, MemoryStore, RocksStore, ShardStore
@@ -35,12 +35,19 @@ class Source:
     def __init__(self, store: ShardStore) -> None:
         self.store: ShardStore | None = store
         self.in_doubt = False  # `Processor.settled` is False: a transaction failed and none committed since
+        self.begun = self.landed_count = 0  # `Processor.mark` / `landed`: transactions begun, and landed or aborted
 
     def store_of(self, shard: int) -> ShardStore | None:
         return self.store
 
     def settled(self) -> bool:
         return not self.in_doubt
+
+    def mark(self) -> tuple[int, ...]:
+        return (self.begun,)
+
+    def landed(self, mark: tuple[int, ...]) -> bool:
+        return self.landed_count >= mark[0]
 
 
 class Owners:
@@ -59,13 +66,18 @@ class Owners:
         self.owner_id, self.endpoint = "another", NEW_OWNER
 
 
+def _started(workflow_id: str) -> dict[Family, dict[bytes, bytes]]:
+    """What a transaction starting `workflow_id` writes to the shard's store."""
+    shard = Shard(0, MemoryStore(), topology(1), DEFAULT_CONFIG)
+    shard.process(start_command(workflow_id), 0, NOW)
+    commit(shard)
+    return {f: dict(shard.store.scan(f)) for f in Family}
+
+
 def _store_with_an_open_run(path: Path) -> tuple[RocksStore, str, int]:
     """A RocksStore holding one started run (whose next event will not come), its run id and history length."""
-    shard = Shard(0, MemoryStore(), topology(1), DEFAULT_CONFIG)
-    shard.process(start_command(WF), 0, NOW)
-    commit(shard)
     store = RocksStore(path)
-    store.write({f: dict(shard.store.scan(f)) for f in Family})
+    store.write(_started(WF))
     pointer = store.get(Family.STATE, f"{NS}/{WF}".encode())
     assert pointer is not None
     run_id = decode_current(pointer).run_id
@@ -183,5 +195,50 @@ def test_an_owner_whose_transactions_fail_does_not_say_not_found(tmp_path: Path,
         assert (await client.get(BASE + suffix)).status in (200, 504)  # a run it holds is still served
         source.in_doubt = False
         assert (await client.get(unknown)).status == 404
+
+    _serve(tmp_path, scenario)
+
+
+@pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
+def test_a_read_waits_for_the_transactions_begun_before_it_to_land(tmp_path: Path, suffix: str) -> None:
+    """Read your writes: the client was told of a start whose transaction committed, but the processor thread has
+    not written it to the store yet (it decides the next batch while commits return: pipelined transactions). The
+    read waits for that landing instead of answering 404 (CI saw result() of a just-started run say "no
+    workflow"); with nothing in flight, a read does not wait."""
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        just = BASE.replace(WF, "just-started") + suffix
+        source.begun = 1  # committed and replied to, not landed
+        read = asyncio.create_task(client.get(just))
+        await asyncio.sleep(0.3)
+        assert not read.done()  # held: a 404 now would deny a start the client was told of
+
+        def land() -> None:  # `Processor._after_commit`, on the processor thread: store, count, notify
+            store.write(_started("just-started"))
+            source.landed_count = 1
+            waiters.notify(set())
+
+        thread = threading.Thread(target=land)
+        thread.start()
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        answer = await asyncio.wait_for(read, 5)
+        assert answer.status in (200, 504), await answer.text()  # found (a result poll times out: still open)
+        # Everything begun has landed: absence is answered at once.
+        assert (await asyncio.wait_for(client.get(BASE.replace(WF, "never") + suffix), 1)).status == 404
+
+    _serve(tmp_path, scenario)
+
+
+def test_a_landing_that_never_comes_holds_a_read_only_so_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction that neither lands nor aborts (a frozen processor thread) holds reads `LANDED_WAIT_S`, then
+    they are answered as the store stands: a 503 for absence once the processor is unsettled."""
+    monkeypatch.setattr(reads, "LANDED_WAIT_S", 0.3)
+
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        source.begun = 1
+        assert (await asyncio.wait_for(client.get(BASE), 2)).status == 200  # what the store holds, after the wait
+        source.in_doubt = True  # open too long: `Processor.settled` turns false
+        assert (await asyncio.wait_for(client.get(BASE.replace(WF, "never")), 2)).status == 503
 
     _serve(tmp_path, scenario)

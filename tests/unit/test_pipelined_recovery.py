@@ -66,7 +66,8 @@ def in_flight(proc: Processor, outcome: BaseException | None) -> None:
         done.set_result((0.0, 0.0))
     else:
         done.set_exception(outcome)
-    proc._flight = Flight({HOME: shard.seal()}, 1, 0, 0.0, 0.0, 0.0, 0.0, done)
+    proc._txns_begun += 1
+    proc._flight = Flight(proc._txns_begun, {HOME: shard.seal()}, 1, 0, 0.0, 0.0, 0.0, 0.0, done)
     proc._in_transaction = True
     shard.process(start_command(workflow_on(HOME, S, "open")), 1, NOW)
 
@@ -77,7 +78,10 @@ def error(code: int) -> KafkaException:
 
 def test_an_error_while_deciding_lands_the_committed_flight_and_aborts_nothing(proc: Processor) -> None:
     in_flight(proc, None)
+    mark = proc.mark()  # a read arriving now waits for the flight: its client may have been told of "flying"
+    assert not proc.landed(mark)
     proc._recover(error(KafkaError._TIMED_OUT))
+    assert proc.landed(mark)
     store = proc.shards[HOME].store
     assert any(b"flying" in k for k in family(store, Family.STATE))  # the committed batch reached the store
     assert not any(b"open" in k for k in family(store, Family.STATE))  # the open one's decisions are gone
@@ -88,7 +92,9 @@ def test_an_error_while_deciding_lands_the_committed_flight_and_aborts_nothing(p
 
 def test_a_failed_flight_is_aborted_and_nothing_of_it_is_written(proc: Processor) -> None:
     in_flight(proc, error(KafkaError._TIMED_OUT))
+    mark = proc.mark()
     proc._recover(error(KafkaError._TIMED_OUT))
+    assert proc.landed(mark)  # aborted: reads no longer wait for it
     assert family(proc.shards[HOME].store, Family.STATE) == {}
     producer, consumer = cast(Any, proc.producer), cast(Any, proc.consumer)
     assert producer.aborted == 1 and consumer.seeks == [(HOME, 7)] and proc._flight is None
