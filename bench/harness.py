@@ -115,6 +115,9 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99), "max": ordered[-1]}
 
 
+TREE_REFRESH_S = 2.0  # how often the meter looks for a role's new child processes
+
+
 class ProcessMeter:
     """CPU seconds over the measured window and peak RSS (sampled every 100 ms) of each role's processes and
     their children, plus this generator process itself."""
@@ -123,6 +126,8 @@ class ProcessMeter:
         self.roles = {**roles, "generator": [os.getpid()]}
         self._procs = {role: [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
                        for role, pids in self.roles.items()}
+        self._trees = {role: self._tree(role) for role in self._procs}
+        self._trees_at = time.monotonic()
         self._cpu0 = {role: self._cpu(role) for role in self._procs}
         self.peak = {role: 0.0 for role in self._procs}
         self._stop = threading.Event()
@@ -141,7 +146,7 @@ class ProcessMeter:
 
     def _cpu(self, role: str) -> float:
         total = 0.0
-        for proc in self._tree(role):
+        for proc in self._trees[role]:
             try:
                 times = proc.cpu_times()
                 total += times.user + times.system
@@ -149,11 +154,20 @@ class ProcessMeter:
                 continue
         return total
 
+    def _refresh_trees(self) -> None:
+        """Who is in each role now. Finding children scans all of /proc (psutil's `ppid_map`): done every 100 ms
+        for each role it took a quarter of the generator's CPU in S1 (py-spy), on the box being measured and
+        under the client's GIL. A role's processes start with it, so every `TREE_REFRESH_S` is enough."""
+        self._trees = {role: self._tree(role) for role in self._procs}
+        self._trees_at = time.monotonic()
+
     def _sample(self) -> None:
         while not self._stop.wait(0.1):
+            if time.monotonic() - self._trees_at >= TREE_REFRESH_S:
+                self._refresh_trees()
             for role in self._procs:
                 rss = 0
-                for proc in self._tree(role):
+                for proc in self._trees[role]:
                     try:
                         rss += proc.memory_info().rss
                     except psutil.Error:
@@ -163,6 +177,7 @@ class ProcessMeter:
     def finish(self) -> dict[str, ProcessFigures]:
         self._stop.set()
         self._thread.join(1)
+        self._refresh_trees()
         return {role: ProcessFigures(round(self._cpu(role) - self._cpu0[role], 2), round(self.peak[role], 1))
                 for role in self._procs}
 
