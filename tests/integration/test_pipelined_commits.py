@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -23,7 +23,8 @@ from ostinato.infra.kafka import KafkaCluster
 from ostinato.kafka.clients import base_config
 from ostinato.services.admin.checker import check_history
 from ostinato.services.admin.cluster import init_cluster, read_settings
-from ostinato.services.history.processor import Processor, ProcessorOptions
+from ostinato.services.history.processor import ProcessorOptions
+from tests.tools.held_commits import HeldCommitProcessor
 from tests.tools.programs import from_payload, to_payload
 from tests.tools.worker import TestWorker, command_record, produce_command
 from tests.tools.workload import start_workflows, timer_fired_once, wait_closed, wait_for_events
@@ -33,37 +34,15 @@ SLOW_COMMIT_S = 0.4
 SIGNAL_EVERY_S = 0.02
 
 
-class SlowCommits:
-    """The processor's transactional producer, each commit held back while `slow` is set."""
-
-    def __init__(self, inner: Producer, slow: threading.Event) -> None:
-        self._inner, self._slow = inner, slow
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit_transaction(self, *args: Any) -> None:
-        if self._slow.is_set():
-            time.sleep(SLOW_COMMIT_S)
-        self._inner.commit_transaction(*args)
-
-
-class SlowCommitProcessor(Processor):
-    slow: threading.Event
-
-    def _new_producer(self) -> Producer:
-        return cast(Producer, SlowCommits(super()._new_producer(), self.slow))
-
-
 @pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "in-series"])
 def test_moments_due_while_a_commit_is_in_flight_fire_into_the_next_batch_once_and_on_their_own_time(
         kafka: KafkaCluster, topic_prefix: str, tmp_path: Path, pipeline: bool) -> None:
     init_cluster(kafka.bootstrap, topic_prefix, shards=1)
     settings = read_settings(kafka.bootstrap, topic_prefix)
     assert settings is not None
-    proc = SlowCommitProcessor(kafka.bootstrap, settings,
-                               ProcessorOptions(data_dir=tmp_path / "processor", pipeline=pipeline))
-    proc.slow = threading.Event()
+    proc = HeldCommitProcessor(kafka.bootstrap, settings,
+                               ProcessorOptions(data_dir=tmp_path / "processor", pipeline=pipeline),
+                               hold_s=SLOW_COMMIT_S)
     thread = threading.Thread(target=proc.run, daemon=True)
     thread.start()
     signalling = threading.Event()
@@ -74,14 +53,14 @@ def test_moments_due_while_a_commit_is_in_flight_fire_into_the_next_batch_once_a
             [target] = start_workflows(kafka.bootstrap, topic_prefix, 1, 1, "idle", "nobody-polls-this-queue")
             sleepers = start_workflows(kafka.bootstrap, topic_prefix, 1, 3, "sleep", QUEUE,
                                        input=lambda i: {"sleep_ms": 2_500 + 300 * i})
-            proc.slow.set()
+            proc.hold.set()
             signaller = threading.Thread(target=_signal_until, args=(kafka.bootstrap, topic_prefix, target, signalling,
                                                                       sent), daemon=True)
             signaller.start()
             closed = wait_closed(kafka.bootstrap, topic_prefix, sleepers, timeout=90)
             signalling.set()
             signaller.join(30)
-            proc.slow.clear()
+            proc.hold.clear()
             wait_for_events(kafka.bootstrap, topic_prefix, [target], "WORKFLOW_EXECUTION_SIGNALED", len(sent),
                             timeout=60)
     finally:

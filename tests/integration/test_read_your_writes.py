@@ -14,47 +14,24 @@ import asyncio
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.kafka.clients import base_config
 from ostinato.services.admin.cluster import init_cluster, read_settings
 from ostinato.services.frontend import api
 from ostinato.services.frontend.reads import ReadContext, add_routes
-from ostinato.services.history.processor import Processor, ProcessorOptions
+from ostinato.services.history.processor import ProcessorOptions
 from ostinato.services.history.waiters import HistoryWaiters
+from tests.tools.held_commits import HeldCommitProcessor
 from tests.tools.workload import start_workflows, wait_closed
 
 LATE_S = 1.0
 NS = "default"
-
-
-class LateCommits:
-    """The processor's transactional producer, each commit's return held back while `late` is set (the commit
-    itself is done: its records are readable on the broker meanwhile)."""
-
-    def __init__(self, inner: Producer, late: threading.Event) -> None:
-        self._inner, self._late = inner, late
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def commit_transaction(self, *args: Any) -> None:
-        self._inner.commit_transaction(*args)
-        if self._late.is_set():
-            time.sleep(LATE_S)
-
-
-class LateCommitProcessor(Processor):
-    late: threading.Event
-
-    def _new_producer(self) -> Producer:
-        return cast(Producer, LateCommits(super()._new_producer(), self.late))
 
 
 def _committed_history_of(bootstrap: str, topic: str, workflow_id: str, timeout: float) -> float:
@@ -82,8 +59,7 @@ def test_a_read_right_after_the_commit_finds_the_run(kafka: KafkaCluster, topic_
     waiters = HistoryWaiters()
     options = ProcessorOptions(data_dir=tmp_path / "processor", pipeline=pipeline)
     options.on_history = waiters.notify
-    proc = LateCommitProcessor(kafka.bootstrap, settings, options)
-    proc.late = threading.Event()
+    proc = HeldCommitProcessor(kafka.bootstrap, settings, options, hold_s=LATE_S, after=True)
     thread = threading.Thread(target=proc.run, daemon=True)
     thread.start()
     app = web.Application()
@@ -110,10 +86,10 @@ def test_a_read_right_after_the_commit_finds_the_run(kafka: KafkaCluster, topic_
         [warm] = start_workflows(kafka.bootstrap, topic_prefix, 1, 1, "idle", "nobody-polls-this-queue",
                                  run_timeout_ms=1)
         wait_closed(kafka.bootstrap, topic_prefix, [warm], timeout=60)  # the shard is owned and committing
-        proc.late.set()
+        proc.hold.set()
         answers = asyncio.run(reads())
     finally:
-        proc.late.clear()
+        proc.hold.clear()
         proc.stop()
         thread.join(30)
     print(answers)
