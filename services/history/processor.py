@@ -44,7 +44,9 @@ from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
+from ostinato.services.history import collector
 from ostinato.services.history.changelog import fire_at_of
+from ostinato.services.history.collector import Collector
 from ostinato.services.history.faults import FaultPoints
 from ostinato.services.history.input_gate import UNKNOWN, InputGate, is_timeout
 from ostinato.services.history.metrics import ProcessorMetrics
@@ -154,6 +156,7 @@ class Processor:
         self.owner_id = options.owner_id or owner_id_of(options.data_dir / self.prefix)
         # Several processors of one server share one set (`processors.py`); one alone registers its own.
         self.metrics = metrics or ProcessorMetrics(registry if registry is not None else CollectorRegistry())
+        self._collector = Collector(self.metrics.gc_seconds)
         self._phases = {p: self.metrics.phase_seconds.labels(p) for p in PHASES}  # labels resolved once, off the loop
         self.faults = faults if faults is not None else FaultPoints.from_env()
         self.commands_topic = topic_name(self.prefix, Topic.COMMANDS)
@@ -243,10 +246,12 @@ class Processor:
             self._restorer.list_topics(topic, timeout=OPERATION_TIMEOUT_S)
         self.ready.set()
         log.info("processor %s subscribed to %s (group session %d ms)", self.owner_id, self.commands_topic, session_ms)
+        collector.take_over()
         try:
             while not self._stop.is_set():
                 self.step()
         finally:
+            collector.give_back()
             self._settle()
             self.consumer.close()
             self._committer.shutdown(wait=True)
@@ -366,11 +371,15 @@ class Processor:
         commands = self._commands_of(messages)
         due = {i: self._judged(i, s.due_timers(now, MAX_TIMERS_PER_SHARD), now) for i, s in self.shards.items()}
         if not commands and not any(due.values()) and not self._announce and self._flight is None:
+            self._collector.idle()
             return
         try:
             self._transaction(commands, due, now)
         except KafkaException as exc:
             self._recover(exc)
+            return
+        if self._flight is not None:  # its commit round trip overlaps a collection, if one is due
+            self._collector.busy()
 
     def _commands_of(self, messages: list[Message]) -> list[Message]:
         commands: list[Message] = []
@@ -461,25 +470,25 @@ class Processor:
         falls due), land it, then hand this one to the committer thread; without `pipeline`, land it too."""
         started = time.perf_counter()
         touched: set[int] = set()
-        decided_commands = self._decide_commands(commands, touched, now, due)
-        fired = self._fire(due, now, touched)
-        fired += self._fire_fallen_due(now, touched)
+        fired = self._fire(moments_of(due), now, touched)
+        decided_commands, last = self._decide_commands(commands, touched, now, due)
+        fired += self._fire(timeouts_of(due), last, touched)
+        fired += self._fire_fallen_due(now, touched, floor=last)
         if decided_commands or fired:
             per = (time.perf_counter() - started) / (decided_commands + fired)
             self._decide_s = per if self._decide_s == 0 else 0.8 * self._decide_s + 0.2 * per
-        last = now
         if self._flight is not None:
-            more, more_fired, last = self._decide_in_flight(now, touched, decided_commands)
+            more, more_fired, last = self._decide_in_flight(now, last, touched, decided_commands)
             decided_commands, fired = decided_commands + more, fired + more_fired
         decided = time.perf_counter()
         if self._flight is not None:
-            fired += self._land(last, touched)
+            fired += self._land(now, touched, floor=last)
         if touched or self._announce:
             self._ship(touched | self._announce, decided_commands, fired, started, decided)
         if not self.options.pipeline:
-            self._land(last, None)
+            self._land(now, None)
 
-    def _decide_in_flight(self, now: int, touched: set[int], taken: int) -> tuple[int, int, int]:
+    def _decide_in_flight(self, now: int, last: int, touched: set[int], taken: int) -> tuple[int, int, int]:
         """Until the batch in flight lands, take the commands that arrive and decide them into the open batch, and
         fire the moments that fall due. Everything that arrives before the commit returns rides in the next
         transaction, as it did when commits ran in series (as few transactions, markers and offset commits for
@@ -487,10 +496,11 @@ class Processor:
         moments fire before the commands that come after them, so a workflow's events still go forward in time;
         timeouts wait for the next batch's input gate. Stops when the batch is full or was cut at a deadline (its
         rest goes first in the next). A rebalance during a look lands the flight in its callback (`_settle`).
-        Returns the commands decided, the moments fired and the time of the last look."""
+        `now` is the batch's time (what was due by then and not fired is a backlog for the next batches), `last`
+        the time of its last decision. Returns the commands decided, the moments fired and the time of the last
+        decision or look."""
         assert self.consumer is not None
         decided = fired = 0
-        last = now
         while self._flight is not None and not self._stop.is_set():
             room = self._room(wall_ms()) - taken - decided
             if self._carry or room <= 0:
@@ -501,12 +511,13 @@ class Processor:
             if self._flight_error is not None:  # the flight failed while a rebalance callback landed it
                 exc, self._flight_error = self._flight_error, None
                 raise exc
-            fired += self._fire_fallen_due(last, touched, self.metrics.timers_fired_in_flight)
+            fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight, floor=last)
             at = max(last, wall_ms())
             commands = self._commands_of(messages)
-            if commands:
-                decided += self._decide_commands(commands, touched, at, {})
             last = at
+            if commands:
+                more, last = self._decide_commands(commands, touched, at, {})
+                decided += more
             if flight.done():  # what arrived until it returned has been taken: ship now
                 break
         return decided, fired, last
@@ -541,27 +552,30 @@ class Processor:
         self.faults.hit("after-commit")
         return sent, time.perf_counter()
 
-    def _land(self, now: int, touched: set[int] | None) -> int:
+    def _land(self, now: int, touched: set[int] | None, floor: int | None = None) -> int:
         """Wait for the batch in flight, then write it to the stores and wake its readers. With `touched` (the open
         batch's shards), moments that fall due meanwhile fire into the open batch at their own time, as at the end
         of its decide (`_fire_fallen_due`): a commit round trip under load (S4: p99 250-400 ms) is no longer a
-        timer's wait. Returns how many fired. A failed flight is dropped and its error raised (the caller recovers:
-        abort, reset both overlays, rewind)."""
+        timer's wait. `now` is the open batch's time, `floor` the time of its last decision (nothing fires
+        stamped earlier); what fell due between them and did not fire yet (while commands were decided) fires
+        first. Returns how many fired. A failed flight is dropped and its error raised (the caller recovers: abort,
+        reset both overlays, rewind)."""
         flight = self._flight
         assert flight is not None
-        fired, since = 0, now
+        fired, since = 0, now if floor is None else max(now, floor)
         try:
             while True:
+                if touched is not None:
+                    looked = wall_ms()
+                    fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight, floor=floor)
+                    since = max(since, looked)  # timeouts due by then wait for the next batch's gate: no busy wait
                 next_due = self._earliest_deadline(after_ms=since) if touched is not None else None
                 timeout = None if next_due is None else max(0.0, (next_due - wall_ms()) / 1000)
                 try:
                     sent, committed = flight.done.result(timeout)
                     break
                 except FutureTimeout:
-                    assert touched is not None
-                    looked = wall_ms()
-                    fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight)
-                    since = max(since, looked)  # timeouts due by then wait for the next batch's gate: no busy wait
+                    continue
         finally:
             if flight.done.done():
                 self._flight = None
@@ -587,36 +601,45 @@ class Processor:
                 shard.reset()
 
     def _decide_commands(self, commands: list[Message], touched: set[int], now: int,
-                         due: dict[int, list[bytes]]) -> int:
+                         due: dict[int, list[bytes]]) -> tuple[int, int]:
         """Decide the fetched commands in order until the next deadline not fired by this batch falls due; keep
-        the rest for the next batch (`_carry`) and return how many were decided. `batch_room` sized the fetch from
-        the average cost of a decision, but a loaded machine stretches any one batch (S4 measured decide phases of
-        0.4-1.2 s of wall time for 14-100 ms of CPU: the process was waiting for a core), and a timer due meanwhile
-        waited for the whole batch and its commit. At least `MIN_ROOM` are decided, so commands keep moving under
-        a storm of deadlines. No stop while timeouts are held for their inputs, nor in a batch that fires
-        timeouts: the input gate let them fire because every command read before they fell due is decided before
-        them, in this batch or earlier, and a carried command would break that (a completion written in time,
-        fetched, then decided after its own timeout). The carried commands are decided first in the next batch,
-        before anything it fires."""
+        the rest for the next batch (`_carry`) and return how many were decided and the clock's last reading (what
+        the batch fires after them is stamped no earlier).
+
+        Each command is decided at its own time (the clock read before it, never earlier than the one before):
+        its events, and the deadlines it arms, carry the moment it was decided, not the batch's start. A batch of
+        completions that each start a one-second timer arms them spread over the time it took to decide them, so
+        a second later they fall due spread the same way, not as one wave that a timer due just after it waits
+        for (S4: 3,000 timers).
+
+        `batch_room` sized the fetch from the average cost of a decision, but a loaded machine stretches any one
+        batch (S4 measured decide phases of 0.4-1.2 s of wall time for 14-100 ms of CPU: the process was waiting
+        for a core), and a timer due meanwhile waited for the whole batch and its commit. At least `MIN_ROOM` are
+        decided, so commands keep moving under a storm of deadlines. No stop while timeouts are held for their
+        inputs, nor in a batch that fires timeouts: the input gate let them fire because every command read
+        before they fell due is decided before them, in this batch or earlier, and a carried command would break
+        that (a completion written in time, fetched, then decided after its own timeout). The carried commands
+        are decided first in the next batch, before the timeouts it fires."""
         may_stop = (len(commands) > MIN_ROOM and not self._holding_any()
                     and not any(is_timeout(key) for keys in due.values() for key in keys))
         stop_at = self._earliest_deadline(after_ms=now) if may_stop else None  # no store scan for small batches
-        decided = 0
+        decided, at = 0, now
         for i, msg in enumerate(commands):
-            if stop_at is not None and decided >= MIN_ROOM and wall_ms() >= stop_at:
+            at = max(at, wall_ms())
+            if stop_at is not None and decided >= MIN_ROOM and at >= stop_at:
                 self._carry = commands[i:]
                 self.metrics.batches_cut.inc()
                 break
             if self._flight is not None and self._flight.done.done():
-                self._land(now, None)  # its stores and waiting readers need not wait for the rest of this batch
+                self._land(at, None)  # its stores and waiting readers need not wait for the rest of this batch
             shard = self.shards.get(msg.partition())
             if shard is None:
                 continue  # fetched before its partition was revoked
-            shard.process(msg.value(), msg.offset(), now)
+            shard.process(msg.value(), msg.offset(), at)
             self.next_offsets[msg.partition()] = msg.offset() + 1
             touched.add(msg.partition())
             decided += 1
-        return decided
+        return decided, at
 
     def _fire(self, due: dict[int, list[bytes]], now: int, touched: set[int]) -> int:
         fired = 0
@@ -629,7 +652,8 @@ class Processor:
                 touched.add(index)
         return fired
 
-    def _fire_fallen_due(self, now: int, touched: set[int], counter: Counter | None = None) -> int:
+    def _fire_fallen_due(self, now: int, touched: set[int], counter: Counter | None = None,
+                         floor: int | None = None) -> int:
         """Fire, in this batch and at the time they are fired, the moments (user timers, retries, backoffs) that
         fell due while it decided (after `now`, its time), instead of after its produce, send offsets, commit and
         the next fetch (S4: p99 send offsets + commit 250-400 ms on a loaded machine). This comes after every
@@ -637,10 +661,10 @@ class Processor:
         the input gate must first see every command written before they fell due (`input_gate.py`). A backlog due
         before `now` (beyond the batch's 500 per shard) waits too, so commands keep their share. At most
         `LATE_PASSES` looks, each firing what fell due during the one before, so a stream of deadlines cannot hold
-        a batch open."""
-        fired, since = 0, now
+        a batch open. Nothing fires stamped earlier than `floor`, the time of the batch's last decision."""
+        fired, since, floor = 0, now, now if floor is None else floor
         for _ in range(LATE_PASSES):
-            at = wall_ms()
+            at = max(wall_ms(), floor)
             if at <= since:
                 break
             late = {i: [k for k in s.due_timers(at, MAX_TIMERS_PER_SHARD) if fire_at_of(k) > now and not is_timeout(k)]
@@ -896,6 +920,20 @@ class EgressTopics:
         count = len(metadata.partitions) if metadata is not None and metadata.error is None else None
         self._seen[topic] = (count or None, now)
         return count or None
+
+
+def moments_of(due: dict[int, list[bytes]]) -> dict[int, list[bytes]]:
+    """The due user timers, retries and backoffs: they fire at the batch's start, before its commands. Nothing
+    orders them after commands fetched with them (a completion racing its workflow's timer can land on either side
+    of it, in one batch or two), so a wave of them does not wait for a batch of commands, nor the commands for
+    them beyond `MAX_TIMERS_PER_SHARD`."""
+    return {i: [k for k in keys if not is_timeout(k)] for i, keys in due.items()}
+
+
+def timeouts_of(due: dict[int, list[bytes]]) -> dict[int, list[bytes]]:
+    """The due timeouts: they fire after the batch's commands, since the input gate let them fire only because
+    every command written before they fell due is decided first (`input_gate.py`)."""
+    return {i: [k for k in keys if is_timeout(k)] for i, keys in due.items()}
 
 
 def batch_room(max_batch: int, next_due_ms: int | None, decide_s: float, now_ms: int, holding: bool) -> int:

@@ -7,23 +7,24 @@ look: no broker is involved in the rule itself (`tests/integration/test_timers_o
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message
 
 from ostinato.services.admin.cluster import ClusterSettings
 from ostinato.services.history import processor as processor_module
 from ostinato.services.history.changelog import fire_at_of, timer_key
-from ostinato.services.history.input_gate import InputGate
-from ostinato.services.history.processor import LATE_PASSES, MIN_ROOM, Processor, ProcessorOptions
+from ostinato.services.history.input_gate import InputGate, is_timeout
+from ostinato.services.history.processor import LATE_PASSES, MIN_ROOM, Flight, Processor, ProcessorOptions
 from ostinato.services.history.shard import Shard
 from ostinato.streams.deadlines import Deadline
 
 NOW = 1_000_000
-DEADLINE = NOW + 50  # the clock passes it at the sixth look, the first coming after `MIN_ROOM` decisions
+DEADLINE = NOW + 50  # the clock passes it at the sixth look, one before each decision
 
 
 @dataclass
@@ -45,9 +46,11 @@ class FakeMessage:
 class FakeShard:
     deadline: int | None
     decided: list[int] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
 
     def process(self, data: bytes | None, offset: int, now_ms: int) -> None:
         self.decided.append(offset)
+        self.times.append(now_ms)
 
     def next_timer_ms(self, after_ms: int = -1) -> int | None:
         return self.deadline if self.deadline is not None and self.deadline > after_ms else None
@@ -69,18 +72,44 @@ def key(kind: str) -> bytes:
     return timer_key("ns", "wf", Deadline(NOW - 1, kind, "run", "x"))
 
 
-def decide(proc: Processor, shard: FakeShard, n: int, due: dict[int, list[bytes]] | None = None) -> int:
+def decide_at(proc: Processor, shard: FakeShard, n: int,
+              due: dict[int, list[bytes]] | None = None) -> tuple[int, int]:
+    """How many were decided, and the clock's last reading (what the batch fires next is stamped no earlier)."""
     proc.shards = cast(dict[int, Shard], {0: shard})
-    return proc._decide_commands(commands(n), set(), NOW, due or {})
+    decided, last = proc._decide_commands(commands(n), set(), NOW, due or {})
+    assert last >= max(shard.times, default=NOW)
+    return decided, last
+
+
+def decide(proc: Processor, shard: FakeShard, n: int, due: dict[int, list[bytes]] | None = None) -> int:
+    return decide_at(proc, shard, n, due)[0]
 
 
 def test_a_batch_stops_when_the_next_deadline_falls_due_and_carries_the_rest_in_order(proc: Processor) -> None:
     shard = FakeShard(DEADLINE)
-    decided = decide(proc, shard, 20, {0: [key("USER_TIMER")]})  # a user timer fires in it: still cut
-    assert decided == len(shard.decided) == MIN_ROOM + 5
-    assert [m.offset() for m in proc._carry] == list(range(MIN_ROOM + 5, 20))
-    assert proc.next_offsets[0] == MIN_ROOM + 5  # only the decided ones are committed
+    decided, last = decide_at(proc, shard, 20, {0: [key("USER_TIMER")]})  # a user timer fires in it: still cut
+    assert decided == len(shard.decided) == 5  # looks at +0 ... +40 decided; +50 is the deadline
+    assert last == DEADLINE
+    assert [m.offset() for m in proc._carry] == list(range(5, 20))
+    assert proc.next_offsets[0] == 5  # only the decided ones are committed
     assert proc.metrics.batches_cut._value.get() == 1
+
+
+def test_each_command_is_decided_at_its_own_time(proc: Processor) -> None:
+    """The events a command writes and the deadlines it arms carry the time it was decided, so the timers a batch
+    of completions starts fall due spread as they were decided, not as one wave at the batch's start."""
+    shard = FakeShard(None)
+    assert decide(proc, shard, 5) == 5
+    assert shard.times == [NOW, NOW + 10, NOW + 20, NOW + 30, NOW + 40]
+
+
+def test_a_clock_stepping_back_never_decides_a_command_earlier_than_the_one_before(
+        proc: Processor, monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([NOW + 30, NOW + 10, NOW + 40, NOW])
+    monkeypatch.setattr(processor_module, "wall_ms", lambda: next(readings))
+    shard = FakeShard(None)
+    assert decide(proc, shard, 4) == 4
+    assert shard.times == [NOW + 30, NOW + 30, NOW + 40, NOW + 40]
 
 
 def test_at_least_the_minimum_is_decided_when_the_deadline_is_already_past(proc: Processor,
@@ -177,3 +206,90 @@ def test_a_backlog_due_before_the_batch_began_is_left_to_the_next_batches(proc: 
     shard = TimerShard([overdue, fell])
     assert fire_fallen_due(proc, shard)[0] == 1
     assert shard.fired == [(fell, NOW + 10)] and shard.pending == [overdue]
+
+
+class Clock:
+    """The processor's wall clock: moves only when a decision takes time (10 ms each)."""
+
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@dataclass
+class BusyShard:
+    """Commands and deadlines together, each decision 10 ms on `clock`; `log` is what was decided, in order, and
+    at which time."""
+
+    clock: Clock
+    pending: list[bytes]
+    log: list[tuple[str, int]] = field(default_factory=list)
+
+    def process(self, data: bytes | None, offset: int, now_ms: int) -> None:
+        self.log.append((f"command {offset}", now_ms))
+        self.clock.now += 10
+
+    def fire(self, key: bytes, offset: int, now_ms: int) -> None:
+        self.pending.remove(key)
+        self.log.append((parse_kind(key), now_ms))
+        self.clock.now += 10
+
+    def due_timers(self, now_ms: int, limit: int) -> list[bytes]:
+        return sorted(k for k in self.pending if fire_at_of(k) <= now_ms)[:limit]
+
+    def next_timer_ms(self, after_ms: int = -1) -> int | None:
+        return min((t for k in self.pending if (t := fire_at_of(k)) > after_ms), default=None)
+
+
+def parse_kind(key: bytes) -> str:
+    return "timeout" if is_timeout(key) else "moment"
+
+
+@pytest.fixture
+def clocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Processor, Clock]:
+    clock = Clock()
+    monkeypatch.setattr(processor_module, "wall_ms", clock)
+    settings = ClusterSettings("p", 1, 1, 1, 0, "test")
+    proc = Processor("127.0.0.1:1", settings, ProcessorOptions(data_dir=tmp_path, owner_id="test"))
+    monkeypatch.setattr(proc, "_ship", lambda *args: None)  # no producer: what is decided is the question here
+    return proc, clock
+
+
+def test_due_moments_fire_before_the_batchs_commands_and_timeouts_after_them(
+        clocked: tuple[Processor, Clock]) -> None:
+    """A due user timer does not wait for the batch's commands (a wave of them did, S4); a due timeout still comes
+    after every command read before it fell due (the input gate). Every decision is stamped with its own time, and
+    time never goes back."""
+    proc, clock = clocked
+    moment, timeout = at(NOW - 1), at(NOW - 1, "ACTIVITY_START_TO_CLOSE")
+    shard = BusyShard(clock, [moment, timeout])
+    proc.shards = cast(dict[int, Shard], {0: shard})
+    proc._transaction(commands(3), {0: [moment, timeout]}, NOW)
+    assert shard.log == [("moment", NOW), ("command 0", NOW + 10), ("command 1", NOW + 20), ("command 2", NOW + 30),
+                         ("timeout", NOW + 30)]  # no earlier than the last command
+
+
+def test_a_moment_due_while_commands_were_decided_fires_at_the_first_look_while_the_last_batch_commits(
+        clocked: tuple[Processor, Clock]) -> None:
+    """The open batch decided commands until NOW + 30; a moment due at NOW + 5 fell due meanwhile. While the last
+    batch's commit is in flight, the first look fires it, stamped no earlier than the last decision, instead of
+    leaving it for the next batch (after this commit, a produce and another commit)."""
+    proc, clock = clocked
+    moment = at(NOW + 5)
+    shard = BusyShard(clock, [moment])
+    proc.shards = cast(dict[int, Shard], {0: shard})
+    clock.now = NOW + 30
+    done: Future[tuple[float, float]] = Future()
+    proc._flight = Flight(1, {}, 0, 0, 0.0, 0.0, 0.0, 0.0, done)
+
+    class Looks:
+        def consume(self, room: int, timeout: float) -> list[Message]:
+            done.set_result((0.0, 0.0))  # the commit returns during the first look
+            return []
+
+    proc.consumer = cast(Consumer, Looks())
+    touched: set[int] = set()
+    assert proc._decide_in_flight(NOW, NOW + 30, touched, 3) == (0, 1, NOW + 40)  # the look after the firing
+    assert shard.log == [("moment", NOW + 30)] and touched == {0}

@@ -1,0 +1,85 @@
+"""Full garbage collections when the processor can afford them, not when allocation counts say.
+
+CPython's full (generation 2) collection walks every object the collector tracks. A processor holding thousands of
+workflows in its cache spent 120-170 ms of CPU in one (S4: 3,000 one-second timers; 260-640 ms of wall time on the
+loaded 2-core box), in the middle of a batch, and every timer due meanwhile fired that late: it was most of S4's
+p99 (docs/benchmarks.md, "Timers and the garbage collector"). Reference counting frees nearly all of the
+processor's garbage; only cycles need the collector, and they are rare and small here. So the processor turns off
+the automatic full collections (the young generations are still collected as usual, in a few milliseconds) and
+runs one itself: when it is idle (a poll found nothing and no batch is in flight), at most every `IDLE_EVERY_S`,
+and under a load that never lets it idle, every `BUSY_EVERY_S` regardless, right after handing a batch to the
+committer (its commit round trip then overlaps the collection). Memory left to cycles is bounded by what the
+process allocates in `BUSY_EVERY_S`.
+
+The setting is process-wide: a processor in the server's own process (`--processor-mode thread`) schedules the
+collections of the API server's objects too, which is fine for the same reasons. When the last processor of a
+process stops, the interpreter's own schedule is back (tests run many processors in one process, one after the
+other).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import Histogram
+
+IDLE_EVERY_S = 5.0
+BUSY_EVERY_S = 60.0
+# Full collections happen only when this many young (generation 1) collections have run, and Python also waits for
+# the long-lived objects to grow by a quarter: this is never, in practice (a generation 1 collection comes every
+# ~7,000 net allocations by default).
+AUTOMATIC_OFF = 1_000_000_000
+
+_lock = threading.Lock()
+_holders = 0  # processors of this process running with the automatic full collections off
+_saved: tuple[int, int, int] | None = None
+
+
+def take_over() -> None:
+    """Turn off the interpreter's automatic full collections (young generations unchanged) while a processor
+    runs; `give_back` when it stops."""
+    global _holders, _saved
+    with _lock:
+        if _holders == 0:
+            _saved = gc.get_threshold()
+            gc.set_threshold(_saved[0], _saved[1], AUTOMATIC_OFF)
+        _holders += 1
+
+
+def give_back() -> None:
+    """A processor stopped: when it was the last, the interpreter's own thresholds are back."""
+    global _holders
+    with _lock:
+        _holders -= 1
+        if _holders == 0 and _saved is not None:
+            gc.set_threshold(*_saved)
+
+
+class Collector:
+    """One per processor. `idle()` and `busy()` are called by its loop; each may run a full collection."""
+
+    def __init__(self, seconds: Histogram | None = None, *, clock: Callable[[], float] = time.monotonic,
+                 collect: Callable[[], object] = lambda: gc.collect(2)) -> None:
+        self._seconds, self._clock, self._collect = seconds, clock, collect
+        self._last = clock()
+
+    def idle(self) -> bool:
+        """Nothing to do: collect if the last full collection is `IDLE_EVERY_S` old."""
+        return self._maybe(IDLE_EVERY_S)
+
+    def busy(self) -> bool:
+        """A batch was just handed to the committer: collect if the last full collection is `BUSY_EVERY_S` old."""
+        return self._maybe(BUSY_EVERY_S)
+
+    def _maybe(self, every_s: float) -> bool:
+        now = self._clock()
+        if now - self._last < every_s:
+            return False
+        self._collect()
+        self._last = self._clock()
+        if self._seconds is not None:
+            self._seconds.observe(self._last - now)
+        return True
