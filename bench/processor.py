@@ -114,9 +114,9 @@ class TimedProcessor(Processor):
         if measuring:
             s.counts["timers"] += sum(len(keys) for keys in due.values())
 
-    def _land(self, now: int, touched: set[int] | None) -> int:
+    def _land(self, now: int, touched: set[int] | None, floor: int | None = None) -> int:
         with self.stats.timed(LAND):
-            return super()._land(now, touched)
+            return super()._land(now, touched, floor)
 
     def _produce_batch(self, sealed: dict[int, Sealed]) -> None:
         outputs = [o for batch in sealed.values() for o in batch.outputs]
