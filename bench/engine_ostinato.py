@@ -135,6 +135,8 @@ class OstinatoEngine:
             note += f"; phases p50/p99 ms: {', '.join(phases)}"
         if fired:
             note += f"; timers fired late by p50/p99 {ms(late, 0.5)}/{ms(late, 0.99)} ms (processor's measure)"
+        _, collections, collected_s = prometheus_text.histogram(delta, "ostinato_processor_gc_seconds")
+        note += f"; {collections:.0f} full garbage collections ({collected_s * 1000:.0f} ms)"
         return note
 
     def _start_cluster(self) -> None:
