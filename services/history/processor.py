@@ -378,8 +378,7 @@ class Processor:
         except KafkaException as exc:
             self._recover(exc)
             return
-        if self._flight is not None:  # its commit round trip overlaps a collection, if one is due
-            self._collector.busy()
+        self._collector.busy()  # pipelined, the batch's commit round trip overlaps the collection, if one is due
 
     def _commands_of(self, messages: list[Message]) -> list[Message]:
         commands: list[Message] = []
