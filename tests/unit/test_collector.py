@@ -15,6 +15,7 @@ from ostinato.services.history.collector import (
     AUTOMATIC_OFF,
     BUSY_EVERY_S,
     IDLE_EVERY_S,
+    YOUNG_BEFORE_FULL,
     Collector,
     give_back,
     take_over,
@@ -40,7 +41,8 @@ def thresholds() -> Iterator[None]:
 def test_idle_collects_only_when_the_last_collection_is_old_enough_and_counts_it() -> None:
     clock, runs = Clock(), []
     metrics = ProcessorMetrics(CollectorRegistry())
-    collector = Collector(metrics.gc_seconds, clock=clock, collect=lambda: runs.append(clock.now))
+    collector = Collector(metrics.gc_seconds, clock=clock, collect=lambda: runs.append(clock.now),
+                          young=lambda: YOUNG_BEFORE_FULL)
     assert not collector.idle()
     clock.now += IDLE_EVERY_S - 0.1
     assert not collector.idle() and runs == []
@@ -52,11 +54,20 @@ def test_idle_collects_only_when_the_last_collection_is_old_enough_and_counts_it
 
 def test_under_load_a_full_collection_still_comes_every_busy_interval() -> None:
     clock, runs = Clock(), []
-    collector = Collector(clock=clock, collect=lambda: runs.append(clock.now))
+    collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: YOUNG_BEFORE_FULL)
     clock.now += IDLE_EVERY_S
     assert not collector.busy()  # busy waits longer than idle
     clock.now += BUSY_EVERY_S - IDLE_EVERY_S
     assert collector.busy() and len(runs) == 1
+
+
+def test_an_idle_server_that_allocated_nothing_since_the_last_collection_does_not_collect_again() -> None:
+    clock, runs, young = Clock(), [], [YOUNG_BEFORE_FULL - 1]
+    collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: young[0])
+    clock.now += BUSY_EVERY_S
+    assert not collector.idle() and not collector.busy() and runs == []
+    young[0] = YOUNG_BEFORE_FULL
+    assert collector.idle() and len(runs) == 1
 
 
 def test_taking_over_turns_off_only_the_automatic_full_collections_until_the_last_processor_stops(
