@@ -61,6 +61,20 @@ def test_under_load_a_full_collection_still_comes_every_busy_interval() -> None:
     assert collector.busy() and len(runs) == 1
 
 
+def test_a_burst_after_an_idle_moment_is_not_interrupted_before_a_whole_busy_interval() -> None:
+    """S4 after quieter scenarios: the last collection long ago, but the processor idle a moment before the
+    burst. The burst gets `BUSY_EVERY_S` from that moment."""
+    clock, runs, young = Clock(), [], [0]
+    collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: young[0])
+    clock.now += 10 * BUSY_EVERY_S
+    assert not collector.idle()  # nothing grew: no collection, but an idle moment
+    young[0] = YOUNG_BEFORE_FULL  # the burst allocates
+    clock.now += BUSY_EVERY_S - 1
+    assert not collector.busy() and runs == []
+    clock.now += 1
+    assert collector.busy() and len(runs) == 1
+
+
 def test_an_idle_server_that_allocated_nothing_since_the_last_collection_does_not_collect_again() -> None:
     clock, runs, young = Clock(), [], [YOUNG_BEFORE_FULL - 1]
     collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: young[0])
