@@ -6,15 +6,16 @@ loaded 2-core box), in the middle of a batch, and every timer due meanwhile fire
 p99 (docs/benchmarks.md, "Timers and the garbage collector"). Reference counting frees nearly all of the
 processor's garbage; only cycles need the collector, and they are rare and small here. So the processor turns off
 the automatic full collections (the young generations are still collected as usual, in a few milliseconds) and
-runs one itself: when it is idle (a poll found nothing and no batch is in flight), at most every `IDLE_EVERY_S`,
-and only under a load that has not let it idle for `BUSY_EVERY_S`, right after a transaction (pipelined, its commit
-round trip then overlaps the collection). A burst that follows a quiet spell (S4: 3,000 timers after minutes of
-lighter load) is not interrupted: a first version collected once the last collection was a minute old, which was
-in the middle of the burst, twice, 456 ms each. Either only once the young generations were collected
+runs one itself: when it is idle (a poll found nothing, no batch is in flight, and no deadline falls due within
+`IDLE_ROOM_S`), at most every `IDLE_EVERY_S`; and, as a backstop under a load that never leaves it such a moment,
+when the last full collection is `BUSY_EVERY_S` old, right after a transaction (pipelined, its commit round trip
+then overlaps the collection). Two earlier versions collected in the middle of S4 (3,000 one-second timers), twice
+a run, 300-456 ms each: one once the last collection was a minute old, the other in the quiet second between the
+burst of starts and the timers they armed. Either only once the young generations were collected
 `YOUNG_BEFORE_FULL` times since the last full one (the interpreter's own first condition): an idle server does not
 walk its unchanged heap again and again. A collection while idle still delays the next command by its length, so
 idle ones are half a minute apart: at one workflow at a time (S0), about one step in 200 meets one. Memory left
-to cycles is bounded by what the process allocates in `BUSY_EVERY_S`.
+to old cycles is bounded by what the process allocates in `BUSY_EVERY_S` (young ones are collected as before).
 
 The setting is process-wide: a processor in the server's own process (`--processor-mode thread`) schedules the
 collections of the API server's objects too, which is fine for the same reasons. When the last processor of a
@@ -32,7 +33,8 @@ from collections.abc import Callable
 from prometheus_client import Histogram
 
 IDLE_EVERY_S = 30.0
-BUSY_EVERY_S = 60.0
+IDLE_ROOM_S = 2.0  # a collection of a large heap took up to 0.64 s of wall time on a loaded machine
+BUSY_EVERY_S = 600.0
 YOUNG_BEFORE_FULL = 10  # generation 1 collections since the last full one (CPython's default third threshold)
 # Full collections happen only when this many young (generation 1) collections have run, and Python also waits for
 # the long-lived objects to grow by a quarter: this is never, in practice (a generation 1 collection comes every
@@ -71,20 +73,20 @@ class Collector:
                  collect: Callable[[], object] = lambda: gc.collect(2),
                  young: Callable[[], int] = lambda: gc.get_count()[2]) -> None:
         self._seconds, self._clock, self._collect, self._young = seconds, clock, collect, young
-        self._last = self._idle_at = clock()
+        self._last = clock()
 
-    def idle(self) -> bool:
-        """Nothing to do: collect if the last full collection is `IDLE_EVERY_S` old."""
-        self._idle_at = self._clock()
-        return self._maybe(self._last, IDLE_EVERY_S)
+    def idle(self, room_s: float) -> bool:
+        """Nothing to do for `room_s` (until the next deadline): collect if that is `IDLE_ROOM_S` and the last full
+        collection is `IDLE_EVERY_S` old."""
+        return room_s >= IDLE_ROOM_S and self._maybe(IDLE_EVERY_S)
 
     def busy(self) -> bool:
-        """After a transaction: collect if neither a full collection nor an idle moment came for `BUSY_EVERY_S`."""
-        return self._maybe(max(self._last, self._idle_at), BUSY_EVERY_S)
+        """After a transaction: collect if the last full collection is `BUSY_EVERY_S` old."""
+        return self._maybe(BUSY_EVERY_S)
 
-    def _maybe(self, since: float, every_s: float) -> bool:
+    def _maybe(self, every_s: float) -> bool:
         now = self._clock()
-        if now - since < every_s or self._young() < YOUNG_BEFORE_FULL:
+        if now - self._last < every_s or self._young() < YOUNG_BEFORE_FULL:
             return False
         self._collect()
         self._last = self._clock()

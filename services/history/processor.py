@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -371,7 +372,8 @@ class Processor:
         commands = self._commands_of(messages)
         due = {i: self._judged(i, s.due_timers(now, MAX_TIMERS_PER_SHARD), now) for i, s in self.shards.items()}
         if not commands and not any(due.values()) and not self._announce and self._flight is None:
-            self._collector.idle()
+            next_due = self._next_due_ms
+            self._collector.idle(math.inf if next_due is None else (next_due - now) / 1000)
             return
         try:
             self._transaction(commands, due, now)

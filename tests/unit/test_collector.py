@@ -5,6 +5,7 @@ enough to reach the oldest generation is kept until the processor collects, then
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from ostinato.services.history.collector import (
     AUTOMATIC_OFF,
     BUSY_EVERY_S,
     IDLE_EVERY_S,
+    IDLE_ROOM_S,
     YOUNG_BEFORE_FULL,
     Collector,
     give_back,
@@ -43,12 +45,12 @@ def test_idle_collects_only_when_the_last_collection_is_old_enough_and_counts_it
     metrics = ProcessorMetrics(CollectorRegistry())
     collector = Collector(metrics.gc_seconds, clock=clock, collect=lambda: runs.append(clock.now),
                           young=lambda: YOUNG_BEFORE_FULL)
-    assert not collector.idle()
+    assert not collector.idle(math.inf)
     clock.now += IDLE_EVERY_S - 0.1
-    assert not collector.idle() and runs == []
+    assert not collector.idle(math.inf) and runs == []
     clock.now += 0.1
-    assert collector.idle() and runs == [clock.now]
-    assert not collector.idle()  # the interval starts again at the collection
+    assert collector.idle(math.inf) and runs == [clock.now]
+    assert not collector.idle(math.inf)  # the interval starts again at the collection
     assert metrics.gc_seconds._sum.get() == 0.0 and sum(b.get() for b in metrics.gc_seconds._buckets) == 1
 
 
@@ -61,27 +63,23 @@ def test_under_load_a_full_collection_still_comes_every_busy_interval() -> None:
     assert collector.busy() and len(runs) == 1
 
 
-def test_a_burst_after_an_idle_moment_is_not_interrupted_before_a_whole_busy_interval() -> None:
-    """S4 after quieter scenarios: the last collection long ago, but the processor idle a moment before the
-    burst. The burst gets `BUSY_EVERY_S` from that moment."""
-    clock, runs, young = Clock(), [], [0]
-    collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: young[0])
-    clock.now += 10 * BUSY_EVERY_S
-    assert not collector.idle()  # nothing grew: no collection, but an idle moment
-    young[0] = YOUNG_BEFORE_FULL  # the burst allocates
+def test_a_quiet_moment_just_before_deadlines_fall_due_is_not_idle_enough() -> None:
+    """S4: between the burst of starts and the timers they armed, a second with nothing to decide; a collection
+    there made the first timers wait for it."""
+    clock, runs = Clock(), []
+    collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: YOUNG_BEFORE_FULL)
     clock.now += BUSY_EVERY_S - 1
-    assert not collector.busy() and runs == []
-    clock.now += 1
-    assert collector.busy() and len(runs) == 1
+    assert not collector.idle(IDLE_ROOM_S - 0.1) and runs == []
+    assert collector.idle(IDLE_ROOM_S) and len(runs) == 1
 
 
 def test_an_idle_server_that_allocated_nothing_since_the_last_collection_does_not_collect_again() -> None:
     clock, runs, young = Clock(), [], [YOUNG_BEFORE_FULL - 1]
     collector = Collector(clock=clock, collect=lambda: runs.append(clock.now), young=lambda: young[0])
     clock.now += BUSY_EVERY_S
-    assert not collector.idle() and not collector.busy() and runs == []
+    assert not collector.idle(math.inf) and not collector.busy() and runs == []
     young[0] = YOUNG_BEFORE_FULL
-    assert collector.idle() and len(runs) == 1
+    assert collector.idle(math.inf) and len(runs) == 1
 
 
 def test_taking_over_turns_off_only_the_automatic_full_collections_until_the_last_processor_stops(
@@ -118,6 +116,6 @@ def test_an_old_cycle_waits_for_the_processors_collection(thresholds: None) -> N
     clock = Clock()
     collector = Collector(clock=clock)
     clock.now += IDLE_EVERY_S
-    assert collector.idle()
+    assert collector.idle(math.inf)
     assert gone() is None
     give_back()
