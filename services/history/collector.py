@@ -26,11 +26,14 @@ other).
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 from collections.abc import Callable
 
 from prometheus_client import Histogram
+
+log = logging.getLogger("ostinato.processor")
 
 IDLE_EVERY_S = 30.0
 IDLE_ROOM_S = 2.0  # a collection of a large heap took up to 0.64 s of wall time on a loaded machine
@@ -78,13 +81,13 @@ class Collector:
     def idle(self, room_s: float) -> bool:
         """Nothing to do for `room_s` (until the next deadline): collect if that is `IDLE_ROOM_S` and the last full
         collection is `IDLE_EVERY_S` old."""
-        return room_s >= IDLE_ROOM_S and self._maybe(IDLE_EVERY_S)
+        return room_s >= IDLE_ROOM_S and self._maybe(IDLE_EVERY_S, "idle")
 
     def busy(self) -> bool:
         """After a transaction: collect if the last full collection is `BUSY_EVERY_S` old."""
-        return self._maybe(BUSY_EVERY_S)
+        return self._maybe(BUSY_EVERY_S, "under load")
 
-    def _maybe(self, every_s: float) -> bool:
+    def _maybe(self, every_s: float, why: str) -> bool:
         now = self._clock()
         if now - self._last < every_s or self._young() < YOUNG_BEFORE_FULL:
             return False
@@ -92,4 +95,5 @@ class Collector:
         self._last = self._clock()
         if self._seconds is not None:
             self._seconds.observe(self._last - now)
+        log.info("full garbage collection (%s): %.0f ms", why, (self._last - now) * 1000)
         return True
