@@ -9,9 +9,9 @@ the automatic full collections (the young generations are still collected as usu
 runs one itself: when it is idle (a poll found nothing, no batch is in flight, and no deadline falls due within
 `IDLE_ROOM_S`), at most every `IDLE_EVERY_S`; and, as a backstop under a load that never leaves it such a moment,
 when the last full collection is `BUSY_EVERY_S` old, right after a transaction (pipelined, its commit round trip
-then overlaps the collection). Two earlier versions collected in the middle of S4 (3,000 one-second timers), twice
-a run, 300-456 ms each: one once the last collection was a minute old, the other in the quiet second between the
-burst of starts and the timers they armed. Either only once the young generations were collected
+then overlaps the collection). Two earlier versions collected inside S4's window (3,000 one-second timers), twice
+a run, 300-456 ms each: one once the last collection was a minute old, the other at any empty poll. A deadline
+about to fall due now keeps a moment from counting as idle. Either only once the young generations were collected
 `YOUNG_BEFORE_FULL` times since the last full one (the interpreter's own first condition): an idle server does not
 walk its unchanged heap again and again. A collection while idle still delays the next command by its length, so
 idle ones are half a minute apart: at one workflow at a time (S0), about one step in 200 meets one. Memory left
