@@ -9,13 +9,15 @@ the automatic full collections (the young generations are still collected as usu
 runs one itself: when it is idle (a poll found nothing, no batch is in flight, and no deadline falls due within
 `IDLE_ROOM_S`), at most every `IDLE_EVERY_S`; and, as a backstop under a load that never leaves it such a moment,
 when the last full collection is `BUSY_EVERY_S` old, right after a transaction (pipelined, its commit round trip
-then overlaps the collection). Two earlier versions collected inside S4's window (3,000 one-second timers), twice
-a run, 300-456 ms each: one once the last collection was a minute old, the other at any empty poll. A deadline
-about to fall due now keeps a moment from counting as idle. Either only once the young generations were collected
-`YOUNG_BEFORE_FULL` times since the last full one (the interpreter's own first condition): an idle server does not
-walk its unchanged heap again and again. A collection while idle still delays the next command by its length, so
-idle ones are half a minute apart: at one workflow at a time (S0), about one step in 200 meets one. Memory left
-to old cycles is bounded by what the process allocates in `BUSY_EVERY_S` (young ones are collected as before).
+then overlaps the collection). Either only once the young generations were collected `YOUNG_BEFORE_FULL` times
+since the last full one (the interpreter's own first condition): an idle server does not walk its unchanged heap
+again and again. A collection while idle still delays the next command by its length, so idle ones are half a
+minute apart: at one workflow at a time (S0), about one step in 200 meets one. Memory left to old cycles is bounded
+by what the process allocates in `BUSY_EVERY_S` (young ones are collected as before).
+
+Two earlier versions collected inside S4's window (3,000 one-second timers), twice a run, 300-456 ms each: one once
+the last collection was a minute old, the other at any empty poll. A deadline about to fall due now keeps a moment
+from counting as idle.
 
 The setting is process-wide: a processor in the server's own process (`--processor-mode thread`) schedules the
 collections of the API server's objects too, which is fine for the same reasons. When the last processor of a
@@ -39,9 +41,8 @@ IDLE_EVERY_S = 30.0
 IDLE_ROOM_S = 2.0  # a collection of a large heap took up to 0.64 s of wall time on a loaded machine
 BUSY_EVERY_S = 600.0
 YOUNG_BEFORE_FULL = 10  # generation 1 collections since the last full one (CPython's default third threshold)
-# Full collections happen only when this many young (generation 1) collections have run, and Python also waits for
-# the long-lived objects to grow by a quarter: this is never, in practice (a generation 1 collection comes every
-# ~7,000 net allocations by default).
+# The interpreter's third threshold while a processor runs: its automatic full collections wait for this many young
+# (generation 1) collections, which is never in practice (one comes every ~7,000 net allocations by default).
 AUTOMATIC_OFF = 1_000_000_000
 
 _lock = threading.Lock()

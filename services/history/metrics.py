@@ -55,8 +55,9 @@ class ProcessorMetrics:
                                      "commands were not all readable yet (an open transaction ahead of them).",
                                      registry=registry)
         self.gc_seconds = Histogram(p + "gc_seconds", "Full garbage collections the processor ran itself, when idle "
-                                    "or at most a minute apart under load (the interpreter's own are off: "
-                                    "services/history/collector.py).", buckets=_LATENCY_BUCKETS, registry=registry)
+                                    "with no deadline near, or ten minutes after the last under unbroken load (the "
+                                    "interpreter's own are off: services/history/collector.py).",
+                                    buckets=_LATENCY_BUCKETS, registry=registry)
         self.owned_shards = Gauge(p + "owned_shards", "Shards this process owns.", registry=registry)
         self.quarantined = Counter("ostinato_commands_quarantined", "Commands whose processing failed (a bug in "
                                    "the core, or an output over the record limit) and that were kept in their "

@@ -45,9 +45,8 @@ from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
 from ostinato.schemas.topics import MAX_RECORD_BYTES, Topic, topic_name
-from ostinato.services.history import collector
 from ostinato.services.history.changelog import fire_at_of
-from ostinato.services.history.collector import Collector
+from ostinato.services.history.collector import Collector, give_back, take_over
 from ostinato.services.history.faults import FaultPoints
 from ostinato.services.history.input_gate import UNKNOWN, InputGate, is_timeout
 from ostinato.services.history.metrics import ProcessorMetrics
@@ -247,12 +246,12 @@ class Processor:
             self._restorer.list_topics(topic, timeout=OPERATION_TIMEOUT_S)
         self.ready.set()
         log.info("processor %s subscribed to %s (group session %d ms)", self.owner_id, self.commands_topic, session_ms)
-        collector.take_over()
+        take_over()
         try:
             while not self._stop.is_set():
                 self.step()
         finally:
-            collector.give_back()
+            give_back()
             self._settle()
             self.consumer.close()
             self._committer.shutdown(wait=True)
@@ -471,9 +470,10 @@ class Processor:
         falls due), land it, then hand this one to the committer thread; without `pipeline`, land it too."""
         started = time.perf_counter()
         touched: set[int] = set()
-        fired = self._fire(moments_of(due), now, touched)
+        moments, timeouts = split_due(due)
+        fired = self._fire(moments, now, touched)
         decided_commands, last = self._decide_commands(commands, touched, now, due)
-        fired += self._fire(timeouts_of(due), last, touched)
+        fired += self._fire(timeouts, last, touched)
         fired += self._fire_fallen_due(now, touched, floor=last)
         if decided_commands or fired:
             per = (time.perf_counter() - started) / (decided_commands + fired)
@@ -563,7 +563,7 @@ class Processor:
         reset both overlays, rewind)."""
         flight = self._flight
         assert flight is not None
-        fired, since = 0, now if floor is None else max(now, floor)
+        fired, since = 0, now
         try:
             while True:
                 if touched is not None:
@@ -923,18 +923,20 @@ class EgressTopics:
         return count or None
 
 
-def moments_of(due: dict[int, list[bytes]]) -> dict[int, list[bytes]]:
-    """The due user timers, retries and backoffs: they fire at the batch's start, before its commands. Nothing
-    orders them after commands fetched with them (a completion racing its workflow's timer can land on either side
-    of it, in one batch or two), so a wave of them does not wait for a batch of commands, nor the commands for
-    them beyond `MAX_TIMERS_PER_SHARD`."""
-    return {i: [k for k in keys if not is_timeout(k)] for i, keys in due.items()}
-
-
-def timeouts_of(due: dict[int, list[bytes]]) -> dict[int, list[bytes]]:
-    """The due timeouts: they fire after the batch's commands, since the input gate let them fire only because
-    every command written before they fell due is decided first (`input_gate.py`)."""
-    return {i: [k for k in keys if is_timeout(k)] for i, keys in due.items()}
+def split_due(due: dict[int, list[bytes]]) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
+    """The due moments (user timers, retries, backoffs) and the due timeouts, per shard. Moments fire at the
+    batch's start, before its commands: nothing orders them after commands fetched with them (a completion racing
+    its workflow's timer can land on either side of it, in one batch or two), so a wave of them does not wait for a
+    batch of commands, nor the commands for them beyond `MAX_TIMERS_PER_SHARD`. Timeouts fire after the batch's
+    commands, since the input gate let them fire only because every command written before they fell due is
+    decided first (`input_gate.py`)."""
+    moments: dict[int, list[bytes]] = {}
+    timeouts: dict[int, list[bytes]] = {}
+    for index, keys in due.items():
+        moments[index], timeouts[index] = [], []
+        for key in keys:
+            (timeouts if is_timeout(key) else moments)[index].append(key)
+    return moments, timeouts
 
 
 def batch_room(max_batch: int, next_due_ms: int | None, decide_s: float, now_ms: int, holding: bool) -> int:
