@@ -234,11 +234,13 @@ class HttpService(ClientTransport):
 
         The owner holds the read (`wait_ms`, `filter=close`) until its processor commits the run's close, so a
         result arrives within a commit of the close instead of after a polling interval, with one request per wait
-        rather than one per step of the run. Each page may retry for `unavailable_timeout` (an owner died, the
-        shard moves), so the wait survives any ownership change."""
+        rather than one per step of the run. The first request already waits: a run that is closed (or missing)
+        is answered at once anyway, and a first look without the wait cost every result one more request through
+        the server and its processor: one of the three a hello's start and result made. Each page may retry for
+        `unavailable_timeout` (an owner died, the shard moves), so the wait survives any ownership change."""
         last: Record | None = None
         first = 1
-        wait_ms = 0
+        wait_ms = LONG_POLL_MS
         while True:
             # Only the closing event, and a wait for the close itself rather than for each step of the run
             # (`filter=close`); a server that does not know the filter pages through history as before.
@@ -257,9 +259,8 @@ class HttpService(ClientTransport):
                     continue
             if last is not None and last["event_type"] in CLOSING_EVENTS:
                 return last
-            if wait_ms and not page["events"]:
+            if not page["events"]:
                 await asyncio.sleep(POLL_FIRST_S)  # the wait ran out (or an older server ignored it): no busy loop
-            wait_ms = LONG_POLL_MS
 
     def _deadline(self) -> float:
         return time.monotonic() + self.unavailable_timeout.total_seconds()

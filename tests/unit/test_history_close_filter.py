@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ostinato.schemas.keys import run_key
+from ostinato.sdk._http import HttpService
 from ostinato.services.frontend.reads import ReadContext, add_routes
 from ostinato.services.history.shard import Shard
 from ostinato.services.history.store import Family, MemoryStore, ShardStore
@@ -89,5 +91,44 @@ def test_a_close_filtered_long_poll_answers_the_closing_event_alone_once_the_run
             status, everything = await get("")
             assert everything["events"][-1] == page["events"][0]  # the last event of the whole history
             assert (await get("filter=close"))[1]["events"] == page["events"]  # no wait needed once closed
+
+    asyncio.run(main())
+
+
+def test_the_sdk_result_wait_is_one_long_poll_from_its_first_request() -> None:
+    """`HttpService.wait_closed` (what `WorkflowHandle.result()` waits with) against the read API above: a run that is
+    still open costs one request, held until the close, not a look first and then the long-poll."""
+    shard = Shard(0, MemoryStore(), topology(1), DEFAULT_CONFIG)
+    shard.process(start_command(WF), 0, NOW)
+    commit(shard)
+    pointer = shard.store.get(Family.STATE, f"{NS}/{WF}".encode())
+    assert pointer is not None
+    key = run_key(NS, WF, decode_current(pointer).run_id).encode()
+    waiters = HistoryWaiters()
+    seen: list[dict[str, str]] = []
+
+    @web.middleware
+    async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+        seen.append(dict(request.query))
+        return await handler(request)
+
+    app = web.Application(middlewares=[count])
+    add_routes(app, ReadContext(1, Source(shard.store), Owners(), {ME}, waiters))
+
+    async def main() -> None:
+        waiters.bind(asyncio.get_running_loop())
+        async with TestServer(app) as server, aiohttp.ClientSession() as session:
+            cluster = {"kafka_bootstrap": "127.0.0.1:1", "topic_prefix": "p", "shards": 1, "reply_partitions": 1}
+            service = HttpService(str(server.make_url("")), session, cluster)
+            wait = asyncio.create_task(service.wait_closed(NS, WF, ""))
+            await asyncio.sleep(0.3)
+            assert not wait.done() and len(seen) == 1  # held by the owner, not answered and asked again
+            shard.process(command("TerminateWorkflowExecution", {"reason": "enough", "details": []}, workflow_id=WF,
+                                  request_id="terminate"), 1, NOW + 1)
+            commit(shard)
+            waiters.notify([key])
+            closing = await asyncio.wait_for(wait, 5)
+        assert closing["event_type"] == "WORKFLOW_EXECUTION_TERMINATED"
+        assert len(seen) == 1 and seen[0]["filter"] == "close" and int(seen[0]["wait_ms"]) > 0
 
     asyncio.run(main())
