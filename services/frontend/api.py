@@ -38,7 +38,7 @@ from ostinato.services.frontend.reads import (
     wait_for_commit,
 )
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
-from ostinato.services.history.waiters import state_key
+from ostinato.services.history.waiters import closed_key, state_key
 from ostinato.streams.model import decode_run
 from ostinato.streams.update_status import STAGES, reached, update_status
 
@@ -480,7 +480,7 @@ async def result(request: web.Request) -> web.Response:
     waiters = request.app[READS].waiters
     delay = 0.02
     while True:
-        key = run_key(ns, wf, run_id).encode()
+        key = closed_key(run_key(ns, wf, run_id).encode())  # woken by the commit that closes the run, not each step
         future = waiters.watch(key) if waiters is not None else None  # before the check: no lost wake-up
         try:
             closing = _closing_event(store, ns, wf, run_id)

@@ -29,7 +29,7 @@ from ostinato.schemas import codec
 from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
 from ostinato.services.frontend.http import RETRY_AFTER_S, error, jsonable
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
-from ostinato.services.history.waiters import LANDED, HistoryWaiters
+from ostinato.services.history.waiters import LANDED, HistoryWaiters, closed_key
 from ostinato.streams.model import decode_current, decode_run, to_record
 
 DEFAULT_PAGE_SIZE = 100
@@ -326,6 +326,8 @@ async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: 
     answers now (a redirect, a 503). Waiting for the close alone spares a client a request and a page per step
     of the run (a result waits for a whole run)."""
     key = run_key(ns, wf, run_id).encode()
+    if until_closed:
+        key = closed_key(key)  # only the closing commit wakes it, not each step of the run
     wanted = history_key(ns, wf, run_id, first).encode()
     deadline = time.monotonic() + wait_s
     while True:

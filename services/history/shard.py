@@ -39,11 +39,12 @@ from ostinato.services.history.changelog import (
 )
 from ostinato.services.history.store import Family, ShardStore, pack_int, unpack_int
 from ostinato.services.history.timer_index import TimerIndex
-from ostinato.services.history.waiters import state_key
+from ostinato.services.history.waiters import closed_key, state_key
 from ostinato.streams.actions import Deadline, Publish
 from ostinato.streams.config import Config
 from ostinato.streams.deadlines import timer_command
 from ostinato.streams.deciders import decide
+from ostinato.streams.events import CLOSE_STATUS
 from ostinato.streams.model import RunState, Workflow, decode_current, decode_run, encode_current, encode_run
 from ostinato.streams.perform import EgressRefused, RecordTooLarge, perform
 from ostinato.streams.quarantine import quarantinable, quarantine, quarantined_message
@@ -116,12 +117,14 @@ class Sealed:
     working: dict[tuple[str, str], Workflow]
 
     def grown_runs(self) -> set[bytes]:
-        """For readers waiting on runs: the runs (state keys `ns/wf/run`) this batch added history to, and (as
+        """For readers waiting on runs: the runs (state keys `ns/wf/run`) this batch added history to, (as
         `state_key`) those whose state it changed, for a caller waiting for an update's stage (a rejected update
-        changes the run's state and writes no event)."""
+        changes the run's state and writes no event), and (as `closed_key`) those it closed."""
         writes = self.writes
         grown = {key.rpartition(b"/")[0] for key, value in writes[Family.HISTORY].items() if value is not None}
         grown.update(state_key(key) for key in writes[Family.STATE] if key.count(b"/") == 2)  # runs only
+        grown.update(closed_key(key.rpartition(b"/")[0]) for key, event in self.events.items()
+                     if event["event_type"] in CLOSE_STATUS)
         return grown
 
 

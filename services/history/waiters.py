@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterable
 
 STATE_PREFIX = b"state:"
+CLOSED_PREFIX = b"closed:"
 LANDED = b"landed:"  # woken by every notification: reads waiting for a transaction to land (`reads.caught_up`)
 
 
@@ -21,6 +22,13 @@ def state_key(run_key: bytes) -> bytes:
     """What to watch for any change of a run's state, events or not (an update rejected writes no event). Kept
     apart from the run's own key, so a heartbeat does not wake every history long-poll of its run."""
     return STATE_PREFIX + run_key
+
+
+def closed_key(run_key: bytes) -> bytes:
+    """What a wait for a run's close watches (`filter=close`, the SDK's result): woken only by the commit that closes
+    the run. Woken at every step instead, each of a hello's result waits read and decoded its run's state three more
+    times in the processor's process, under the interpreter lock its processor thread needs."""
+    return CLOSED_PREFIX + run_key
 
 
 class HistoryWaiters:

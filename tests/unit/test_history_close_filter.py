@@ -43,6 +43,13 @@ class Source:
         return True
 
 
+def land(shard: Shard, waiters: HistoryWaiters) -> None:
+    """What the processor does after a commit: write the batch to the store, then wake its readers."""
+    sealed = shard.seal()
+    shard.land(sealed, {})
+    waiters.notify(sealed.grown_runs())
+
+
 class Owners:
     def owner(self, shard: int) -> dict[str, object] | None:
         return {"shard": shard, "owner_id": ME, "read_endpoint": "http://127.0.0.1:2"}
@@ -65,8 +72,7 @@ def test_a_close_filtered_long_poll_answers_the_closing_event_alone_once_the_run
     def step(record: bytes, offset: int) -> None:
         """What the processor does: decide, commit, write the store, wake the readers of the runs that grew."""
         shard.process(record, offset, NOW + offset)
-        commit(shard)
-        waiters.notify([key])
+        land(shard, waiters)
 
     async def main() -> None:
         waiters.bind(asyncio.get_running_loop())
@@ -95,15 +101,28 @@ def test_a_close_filtered_long_poll_answers_the_closing_event_alone_once_the_run
     asyncio.run(main())
 
 
-def test_the_sdk_result_wait_is_one_long_poll_from_its_first_request() -> None:
+class CountingStore:
+    """A shard store that counts the reads of run states (what a woken long-poll does first)."""
+
+    def __init__(self, store: ShardStore) -> None:
+        self.store, self.state_reads = store, 0
+
+    def get(self, family: Family, key: bytes) -> bytes | None:
+        self.state_reads += family == Family.STATE
+        return self.store.get(family, key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_the_sdk_result_wait_is_one_long_poll_woken_only_by_the_close() -> None:
     """`HttpService.wait_closed` (what `WorkflowHandle.result()` waits with) against the read API above: a run that is
-    still open costs one request, held until the close, not a look first and then the long-poll."""
+    still open costs one request, held until the close (not a look first, then the long-poll), and the steps of the
+    run before its close do not wake it (each wake read and decoded the run's state in the processor's process)."""
     shard = Shard(0, MemoryStore(), topology(1), DEFAULT_CONFIG)
     shard.process(start_command(WF), 0, NOW)
     commit(shard)
-    pointer = shard.store.get(Family.STATE, f"{NS}/{WF}".encode())
-    assert pointer is not None
-    key = run_key(NS, WF, decode_current(pointer).run_id).encode()
+    store = CountingStore(shard.store)
     waiters = HistoryWaiters()
     seen: list[dict[str, str]] = []
 
@@ -113,7 +132,7 @@ def test_the_sdk_result_wait_is_one_long_poll_from_its_first_request() -> None:
         return await handler(request)
 
     app = web.Application(middlewares=[count])
-    add_routes(app, ReadContext(1, Source(shard.store), Owners(), {ME}, waiters))
+    add_routes(app, ReadContext(1, Source(store), Owners(), {ME}, waiters))  # type: ignore[arg-type]
 
     async def main() -> None:
         waiters.bind(asyncio.get_running_loop())
@@ -123,10 +142,15 @@ def test_the_sdk_result_wait_is_one_long_poll_from_its_first_request() -> None:
             wait = asyncio.create_task(service.wait_closed(NS, WF, ""))
             await asyncio.sleep(0.3)
             assert not wait.done() and len(seen) == 1  # held by the owner, not answered and asked again
+            reads = store.state_reads
+            for offset in (1, 2, 3):  # the run grows three times and stays open
+                shard.process(signal_command(WF, f"nudge-{offset}"), offset, NOW + offset)
+                land(shard, waiters)
+            await asyncio.sleep(0.3)
+            assert not wait.done() and store.state_reads == reads  # not woken: nothing read again
             shard.process(command("TerminateWorkflowExecution", {"reason": "enough", "details": []}, workflow_id=WF,
-                                  request_id="terminate"), 1, NOW + 1)
-            commit(shard)
-            waiters.notify([key])
+                                  request_id="terminate"), 4, NOW + 4)
+            land(shard, waiters)
             closing = await asyncio.wait_for(wait, 5)
         assert closing["event_type"] == "WORKFLOW_EXECUTION_TERMINATED"
         assert len(seen) == 1 and seen[0]["filter"] == "close" and int(seen[0]["wait_ms"]) > 0

@@ -19,7 +19,7 @@ from ostinato.services.frontend import api, reads
 from ostinato.services.frontend.reads import HOP, ReadContext, add_routes
 from ostinato.services.history.shard import Shard
 from ostinato.services.history.store import Family, MemoryStore, RocksStore, ShardStore
-from ostinato.services.history.waiters import HistoryWaiters
+from ostinato.services.history.waiters import HistoryWaiters, closed_key
 from ostinato.streams.engine import DEFAULT_CONFIG
 from ostinato.streams.model import decode_current
 from tests.unit.shard_support import NOW, commit, start_command, topology
@@ -168,7 +168,8 @@ def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_pa
         if how == "released-then-announced":
             owners.moved()
         if how == "closed-under-the-reader":
-            waiters.notify([run_key(NS, WF, run_id).encode()])  # woken: it reads the closed store at once
+            key = run_key(NS, WF, run_id).encode()
+            waiters.notify([key, closed_key(key)])  # woken (growth, or a result by its close): reads the closed store
         answer = await asyncio.wait_for(poll, 5)  # the 1 s re-check notices a released shard
         if how == "released-then-announced":
             assert answer.status == 307 and answer.headers["Location"].startswith(NEW_OWNER + BASE)
