@@ -252,9 +252,10 @@ class OstinatoEngine:
         t2 = time.perf_counter()
         self.phases.start_ms.append((t1 - t0) * 1000)
         self.phases.result_ms.append((t2 - t1) * 1000)
-        metric = (await self._timer_lateness_ms(workflow_id, handle.run_id) if shape == "sleep1s"
-                  else (t2 - t1) * 1000 if shape == "signal" else None)
-        return Outcome(t2 - t0, metric_ms=metric)
+        if shape == "sleep1s":
+            run_id = handle.run_id
+            return Outcome(t2 - t0, later=lambda: self._timer_lateness_ms(workflow_id, run_id))
+        return Outcome(t2 - t0, metric_ms=(t2 - t1) * 1000 if shape == "signal" else None)
 
     async def _first_workflow_task_completed(self, workflow_id: str, run_id: str) -> None:
         """Long-poll the owner's history until the first WORKFLOW_TASK_COMPLETED (no busy loop)."""
@@ -272,8 +273,8 @@ class OstinatoEngine:
                 await asyncio.sleep(0.01)
 
     async def _timer_lateness_ms(self, workflow_id: str, run_id: str) -> float:
-        """TIMER_FIRED minus TIMER_STARTED minus the 1 s asked, from the history (after the result, outside the
-        measured latency): the same measure as Temporal's."""
+        """TIMER_FIRED minus TIMER_STARTED minus the 1 s asked, from the history (read after the scenario's window,
+        `Outcome.later`): the same measure as Temporal's."""
         assert self.client is not None
         events = await self.client.service.history("default", workflow_id, run_id)
         times = {e["event_type"]: e["event_time_ms"] for e in events if e["event_type"].startswith("TIMER_")}

@@ -1,11 +1,13 @@
-"""The harness's arithmetic: percentiles by nearest rank, ratios, and goals reported met or not from results."""
+"""The harness's arithmetic: percentiles by nearest rank, ratios, and goals reported met or not from results; and
+metrics an engine leaves to be read after the measured window."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from bench.compare import goals, ratio_table
-from bench.harness import Result, percentiles
+from bench.harness import Outcome, Result, Scenario, percentiles, run_scenario
 
 
 def _result(engine: str, scenario: str, wfs: float, p50: float, metric: dict[str, float] | None = None) -> Result:
@@ -36,3 +38,36 @@ def test_goals_are_reported_met_or_not() -> None:
     assert "| S4 timer lateness p99 <= 50 ms | 80.0 ms | no |" in table
     assert "| processor >= 10k commands/s | 9,000.0 | no |" in table
     assert "| S2 >= 150 wf/s | n/a | no |" in table
+
+
+class _LateReader:
+    """An engine whose workflows leave their metric for later, recording when each workflow and each read ran."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    async def run_one(self, scenario: Scenario, workflow_id: str) -> Outcome:
+        await asyncio.sleep(0.001)
+        self.log.append("run")
+        n = int(workflow_id.rsplit("-", 1)[1])
+
+        async def read() -> float:
+            self.log.append("read")
+            return float(n)
+
+        return Outcome(0.001, later=read)
+
+    def processes(self) -> dict[str, list[int]]:
+        return {}
+
+
+def test_metrics_left_for_later_are_read_after_every_measured_workflow_ran() -> None:
+    engine = _LateReader()
+    scenario = Scenario("S4", "sleep1s", count=100, concurrency=10, warmup=0)
+    result = asyncio.run(run_scenario(engine, scenario, "t"))  # type: ignore[arg-type]
+    measured = engine.log
+    assert measured.count("run") == 100 and measured.count("read") == 100
+    assert measured.index("read") > max(i for i, what in enumerate(measured) if what == "run")  # outside the window
+    assert result.metric_ms is not None and result.metric_ms["max"] == 99.0 and result.metric_ms["p50"] == 49.0
