@@ -250,7 +250,11 @@ class OpenSearchServer:
         deadline = time.monotonic() + timeout
         url = f"{self.url}/_cluster/health?wait_for_status=yellow&timeout=1s"
         while True:
-            if (self._proc is not None and self._proc.poll() is not None) or not self.running():
+            # The process this call started says whether the node died; the /proc scan for its marker only when
+            # another call started it. A scan can miss a process in the middle of an exec (runuser -> launcher ->
+            # JVM), and CI once saw "exited during start-up" with an empty log from a node that had not.
+            exited = self._proc.poll() is not None if self._proc is not None else not self.running()
+            if exited:
                 raise InfraError(f"OpenSearch exited during start-up. Last lines of {self.log_file}:\n"
                                  f"{process.tail(self.log_file)}")
             try:
