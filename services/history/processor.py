@@ -89,6 +89,7 @@ MIN_SESSION_TIMEOUT_MS = 3_000
 # Of a transaction, in order (metrics): "decide" includes taking commands while the previous batch commits; "wait"
 # is what is left of that commit after deciding.
 PHASES = ("decide", "wait", "produce", "send_offsets", "commit", "after_commit")
+STOP_ABORT_TIMEOUT_S = 5.0
 IN_FLIGHT_LOOK_S = 0.005  # while a batch commits, new commands are taken this often (and at once when it returns)
 REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
 # A shard's store can still be locked when it is assigned: a sibling processor of the same server (same data
@@ -192,7 +193,8 @@ class Processor:
         self._carry: list[Message] = []
         self._flight: Flight | None = None  # the batch whose commit is in flight (`pipeline`)
         self._flight_error: KafkaException | None = None  # a flight that failed while a rebalance callback landed it
-        self._in_transaction = False  # begun and neither committed nor aborted
+        self._in_transaction = False  # a batch's, begun and neither committed nor aborted
+        self._begun_ahead = False  # an empty transaction, begun by the committer thread after a commit (`_begin_next`)
         # Transactions begun, and how many of them are in the stores or were aborted (`mark`, `landed`): written by
         # the processor thread, read by the API's. Ints, each set in one step.
         self._txns_begun = 0
@@ -259,7 +261,20 @@ class Processor:
             self._restorer.close()
             self._watermarks.close()
             if self.producer is not None:
+                self._abort_open()
                 self.producer.flush(5)
+
+    def _abort_open(self) -> None:
+        """Stopping: abort the transaction still open, the empty one begun ahead, or a failed batch's (the next
+        incarnation's `init_transactions` would, but read_committed readers of its partitions wait until then)."""
+        assert self.producer is not None
+        if not (self._in_transaction or self._begun_ahead):
+            return
+        try:
+            self.producer.abort_transaction(STOP_ABORT_TIMEOUT_S)
+        except KafkaException as exc:
+            log.info("aborting the open transaction at stop: %s", exc.args[0].str())
+        self._in_transaction = self._begun_ahead = False
 
     def _new_producer(self) -> Producer:
         producer = Producer({
@@ -530,8 +545,9 @@ class Processor:
         begun = time.perf_counter()
         self._open_since = time.monotonic()
         self._txns_begun += 1
-        self.producer.begin_transaction()
-        self._in_transaction = True
+        if not self._begun_ahead:  # the committer thread begins the next one after each commit (`_begin_next`)
+            self.producer.begin_transaction()
+        self._begun_ahead, self._in_transaction = False, True
         sealed = {i: self.shards[i].seal() for i in sorted(touched) if i in self.shards}
         self._produce_batch(sealed)
         self.faults.hit("after-produce")
@@ -542,16 +558,32 @@ class Processor:
         done = self._committer.submit(self._send_offsets_and_commit, offsets, metadata)
         self._flight = Flight(self._txns_begun, sealed, commands, fired, started, decided, begun, produced, done)
 
-    def _send_offsets_and_commit(self, offsets: list[TopicPartition], metadata: Any) -> tuple[float, float]:
-        """In the committer thread: both round trips of the transaction's end (the producer is not touched by the
-        processor thread until this returns)."""
+    def _send_offsets_and_commit(self, offsets: list[TopicPartition], metadata: Any) -> tuple[float, float, bool]:
+        """In the committer thread: both round trips of the transaction's end, then the next transaction's begin
+        (the producer is not touched by the processor thread until this returns). Returns when the offsets were
+        sent, when the commit returned, and whether the next transaction is begun."""
         assert self.producer is not None
         self.producer.send_offsets_to_transaction(offsets, metadata, OPERATION_TIMEOUT_S)
         self.faults.hit("after-send-offsets")
         sent = time.perf_counter()
         self._commit()
         self.faults.hit("after-commit")
-        return sent, time.perf_counter()
+        committed = time.perf_counter()
+        return sent, committed, self._begin_next()
+
+    def _begin_next(self) -> bool:
+        """Begin the next transaction here, while the processor thread decides its batch. `begin_transaction` is
+        local, but librdkafka runs it on its main thread and waits for the answer: on a loaded machine that took
+        70-150 ms of the processor thread's wall time with no CPU spent (S4, a trail of the loop's steps), and the
+        timers due meanwhile fired that late. A refusal is left for the processor thread to meet again in `_ship`,
+        where it is recovered from as before: the commit that just returned must still land."""
+        assert self.producer is not None
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            log.debug("beginning the next transaction after a commit: %s", exc.args[0].str())
+            return False
+        return True
 
     def _land(self, now: int, touched: set[int] | None, floor: int | None = None) -> int:
         """Wait for the batch in flight, then write it to the stores and wake its readers. With `touched` (the open
@@ -573,7 +605,7 @@ class Processor:
                 next_due = self._earliest_deadline(after_ms=since) if touched is not None else None
                 timeout = None if next_due is None else max(0.0, (next_due - wall_ms()) / 1000)
                 try:
-                    sent, committed = flight.done.result(timeout)
+                    sent, committed, next_begun = flight.done.result(timeout)
                     break
                 except FutureTimeout:
                     continue
@@ -581,7 +613,7 @@ class Processor:
             if flight.done.done():
                 self._flight = None
         self._open_since = self._failed_since = None
-        self._in_transaction = False
+        self._in_transaction, self._begun_ahead = False, next_begun
         self._after_commit(flight)
         ends = (flight.decided, flight.begun, flight.produced, sent, committed, time.perf_counter())
         for phase, begun, ended in zip(PHASES, (flight.started, *ends[:-1]), ends, strict=True):
@@ -792,14 +824,16 @@ class Processor:
             self._rebuild()
             return
         self.metrics.aborts.labels("abortable").inc()
-        if not self._in_transaction:  # nothing was begun since the last commit: only the decisions are dropped
+        # No batch's records were produced since the last commit: only the decisions are dropped, and an empty
+        # transaction begun ahead stays for the next batch.
+        if not self._in_transaction:
             log.warning("batch dropped before its transaction began: %s", err.str())
             self._rewind()
             return
         log.warning("transaction aborted: %s", err.str())
         try:
             self.producer.abort_transaction(OPERATION_TIMEOUT_S)
-            self._in_transaction = False
+            self._in_transaction = self._begun_ahead = False
         except KafkaException as abort_exc:
             log.warning("abort failed (%s): rebuilding the producer", abort_exc.args[0].str())
             self._rebuild()
@@ -814,7 +848,7 @@ class Processor:
         with contextlib.suppress(Exception):
             self.producer.purge()
         self.producer = None
-        self._in_transaction = False
+        self._in_transaction = self._begun_ahead = False
         for attempt in range(REBUILD_ATTEMPTS):
             try:
                 self.producer = self._new_producer()

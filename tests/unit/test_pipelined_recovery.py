@@ -3,7 +3,8 @@ stand-in producer and consumer around the real processor and a real shard over a
 
 The next batch is decided while the last one commits. An error while deciding it (a task topic that cannot be
 created, a consumer error) must not drop the batch in flight: once its commit returns, it is written to the store
-before the open batch's decisions are dropped, and nothing is aborted, since no transaction was begun for them. A
+before the open batch's decisions are dropped, and nothing is aborted, since none of their records were produced
+(the empty transaction the committer began after the commit is kept for the next batch). A
 flight whose commit failed is aborted and nothing of it reaches the store.
 """
 
@@ -61,9 +62,9 @@ def in_flight(proc: Processor, outcome: BaseException | None) -> None:
     decided into the open batch above it."""
     shard = proc.shards[HOME]
     shard.process(start_command(workflow_on(HOME, S, "flying")), 0, NOW)
-    done: Future[tuple[float, float]] = Future()
+    done: Future[tuple[float, float, bool]] = Future()
     if outcome is None:
-        done.set_result((0.0, 0.0))
+        done.set_result((0.0, 0.0, True))  # committed, and the committer began the next transaction
     else:
         done.set_exception(outcome)
     proc._txns_begun += 1
@@ -88,6 +89,7 @@ def test_an_error_while_deciding_lands_the_committed_flight_and_aborts_nothing(p
     assert proc.shards[HOME].outputs == [] and proc._flight is None
     producer, consumer = cast(Any, proc.producer), cast(Any, proc.consumer)
     assert producer.aborted == 0 and consumer.seeks == [(HOME, 7)]
+    assert proc._begun_ahead and not proc._in_transaction  # the empty transaction begun ahead is kept for the next
 
 
 def test_a_failed_flight_is_aborted_and_nothing_of_it_is_written(proc: Processor) -> None:
