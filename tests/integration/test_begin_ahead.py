@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ostinato.infra.kafka import KafkaCluster
@@ -27,10 +28,12 @@ QUEUE = "q"
 
 class RecordedBegins:
     """The processor's producer; notes which thread begins and aborts, and refuses the committer's `refuse`-th
-    begin (1-based; 0: none) without passing it on, as librdkafka refuses a begin in a wrong state."""
+    begin (1-based; 0: none) with `refusal` without passing it on: librdkafka refuses a begin in a wrong state, and
+    its callbacks have raised other errors from a call under load."""
 
-    def __init__(self, inner: Producer, processor_thread: list[threading.Thread], refuse: int) -> None:
-        self._inner, self._processor_thread, self._refuse = inner, processor_thread, refuse
+    def __init__(self, inner: Producer, processor_thread: list[threading.Thread], refuse: int,
+                 refusal: Exception) -> None:
+        self._inner, self._processor_thread, self._refuse, self._refusal = inner, processor_thread, refuse, refusal
         self.begins: list[str] = []  # "processor" or "committer", in order
         self.refused = 0
         self.aborts: list[str] = []
@@ -45,7 +48,7 @@ class RecordedBegins:
         who = self._who()
         if who == "committer" and self.begins.count("committer") + 1 == self._refuse and not self.refused:
             self.refused += 1
-            raise KafkaException(KafkaError(KafkaError._STATE, "refused by the test"))
+            raise self._refusal
         self.begins.append(who)
         self._inner.begin_transaction()
 
@@ -55,23 +58,25 @@ class RecordedBegins:
 
 
 class RecordingProcessor(Processor):
-    def __init__(self, *args: Any, refuse: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, refuse: int = 0, refusal: Exception | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.thread: list[threading.Thread] = []
         self.recorded: list[RecordedBegins] = []
-        self._refuse = refuse
+        self._refuse, self._refusal = refuse, refusal or KafkaException(KafkaError(KafkaError._STATE, "refused"))
 
     def _new_producer(self) -> Producer:
-        recorded = RecordedBegins(super()._new_producer(), self.thread, self._refuse)
+        recorded = RecordedBegins(super()._new_producer(), self.thread, self._refuse, self._refusal)
         self.recorded.append(recorded)
         return cast(Producer, recorded)
 
 
-def _run(kafka: KafkaCluster, prefix: str, data: Path, refuse: int) -> tuple[RecordingProcessor, dict[str, str]]:
+def _run(kafka: KafkaCluster, prefix: str, data: Path, refuse: int,
+         refusal: Exception | None = None) -> tuple[RecordingProcessor, dict[str, str]]:
     init_cluster(kafka.bootstrap, prefix, shards=2)
     settings = read_settings(kafka.bootstrap, prefix)
     assert settings is not None
-    proc = RecordingProcessor(kafka.bootstrap, settings, ProcessorOptions(data_dir=data), refuse=refuse)
+    proc = RecordingProcessor(kafka.bootstrap, settings, ProcessorOptions(data_dir=data), refuse=refuse,
+                              refusal=refusal)
     thread = threading.Thread(target=proc.run, daemon=True)
     proc.thread.append(thread)
     thread.start()
@@ -100,9 +105,12 @@ def test_after_the_first_every_transaction_is_begun_by_the_committer(kafka: Kafk
     assert report.ok, report.problems[:20]
 
 
+@pytest.mark.parametrize("refusal", [KafkaException(KafkaError(KafkaError._STATE, "refused by the test")),
+                                     SystemError("raised by a callback, as librdkafka's log callback did")],
+                         ids=["kafka-error", "other-error"])
 def test_a_refused_begin_ahead_is_begun_again_by_the_processor_thread_and_nothing_is_lost(
-        kafka: KafkaCluster, topic_prefix: str, tmp_path: Path) -> None:
-    proc, closed = _run(kafka, topic_prefix, tmp_path / "processor", refuse=3)
+        kafka: KafkaCluster, topic_prefix: str, tmp_path: Path, refusal: Exception) -> None:
+    proc, closed = _run(kafka, topic_prefix, tmp_path / "processor", refuse=3, refusal=refusal)
     assert Counter(closed.values()) == {"WORKFLOW_EXECUTION_COMPLETED": 30}
     [producer] = proc.recorded  # no rebuild: a refused begin is not a fatal error
     assert producer.refused == 1
