@@ -51,6 +51,11 @@ FULL = [  # sized for about half an hour with three engines on a 2-core machine;
     Scenario("S6", "start_only", count=5000, concurrency=200, warmup=200),
 ]
 HALF_LOAD_SECONDS = {True: 10.0, False: 30.0}  # quick, full: length of the open-loop hello run at half load
+# Scenarios run again in an open loop at one rate for every engine, taken from the slowest engine's closed-loop
+# throughput: name of the rerun, share of that throughput. A closed loop measures each engine at its own peak, and
+# latency at five times the load is not latency compared: S1½ is hello at half load, S4= the timers at the rate
+# the slowest engine fired them.
+SAME_RATE = {"S1": ("S1½", 0.5), "S4": ("S4=", 1.0)}
 
 
 def make_engines(names: list[str], home: Path, kafka: str | None = None, processors: int | None = None,
@@ -98,11 +103,12 @@ async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool,
                 measured.append(result)
                 print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
             results += measured
-            if scenario.name == "S1":  # S0 is hello one at a time: no throughput to halve
-                rate = max(1.0, min(r.workflows_per_s for r in measured) / 2)
+            if scenario.name in SAME_RATE:  # S0 is hello one at a time: no throughput to share
+                name, share = SAME_RATE[scenario.name]
+                rate = max(1.0, min(r.workflows_per_s for r in measured) * share)
                 for engine in order:
                     await engine.start(scenario)
-                    results.append(await _half_load(engine, scenario, rate, run_id, quick))
+                    results.append(await _same_rate(engine, scenario, name, rate, run_id, quick))
         if idle:
             results += await _s7(engines, scenarios, run_id, idle)
     finally:
@@ -134,14 +140,15 @@ async def _note_processors(engine: Engine, result: Result) -> None:
         print(f"  {result.note}", file=sys.stderr, flush=True)
 
 
-async def _half_load(engine: Engine, s1: Scenario, rate: float, run_id: str, quick: bool) -> Result:
-    """S1 again in an open loop at half the throughput of the slowest engine's S1, the same rate on every engine:
-    the latency users see at a sane load, compared like for like (each engine at half its own rate would compare
-    a loaded engine with an idle one)."""
+async def _same_rate(engine: Engine, closed: Scenario, name: str, rate: float, run_id: str, quick: bool) -> Result:
+    """A closed-loop scenario again in an open loop at a rate shared by every engine (SAME_RATE): the latency
+    users see at a given load, compared like for like (each engine at a share of its own rate would compare a
+    loaded engine with an idle one). S1½ runs hello at half the slowest engine's S1; S4= the 1 s timer at the
+    slowest engine's S4 rate, so both engines fire timers as often as the slower one did in S4."""
     count = max(20, int(rate * HALF_LOAD_SECONDS[quick]))
-    half = replace(s1, name="S1½", count=count, rate=round(rate, 1), warmup=10)
-    print(f"== S1 at half load ({half.rate}/s) on {engine.name}", file=sys.stderr, flush=True)
-    result = await run_scenario(engine, half, run_id)
+    again = replace(closed, name=name, count=count, concurrency=count, rate=round(rate, 1), warmup=10)
+    print(f"== {closed.name} at {again.rate}/s ({name}) on {engine.name}", file=sys.stderr, flush=True)
+    result = await run_scenario(engine, again, run_id)
     await _note_processors(engine, result)
     print(markdown([result]).splitlines()[-1], file=sys.stderr, flush=True)
     return result
@@ -240,6 +247,7 @@ def latency_targets(results: list[Result]) -> str:
         ("S0 p50 <= 1/3 of Temporal's", "S0", "p50", 3.0, " ms", None),
         ("S1½ p50 <= Temporal's at the same rate", "S1½", "p50", 1.0, " ms", None),
         ("S4 lateness p99 <= Temporal's and <= 50 ms", "S4", "metric p99", 1.0, " ms", 50.0),
+        ("S4= (S4 at the same rate) lateness p99 <= Temporal's and <= 50 ms", "S4=", "metric p99", 1.0, " ms", 50.0),
         ("S2 >= 3x Temporal's throughput", "S2", "wf/s", 3.0, " wf/s", None),
         ("S1 >= 5x Temporal's throughput", "S1", "wf/s", 5.0, " wf/s", None),
     ]

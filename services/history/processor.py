@@ -90,6 +90,9 @@ MIN_SESSION_TIMEOUT_MS = 3_000
 # is what is left of that commit after deciding.
 PHASES = ("decide", "wait", "produce", "send_offsets", "commit", "after_commit")
 STOP_ABORT_TIMEOUT_S = 5.0
+# Every type a batch reads or writes: their Avro code is generated at start, not on the first batch.
+HOT_TYPES = (wire.COMMAND, wire.HISTORY_EVENT, wire.MUTABLE_STATE, wire.CURRENT_RUN, wire.VISIBILITY,
+             wire.WORKFLOW_TASK, wire.QUERY_TASK, wire.ACTIVITY_TASK, wire.REPLY)
 IN_FLIGHT_LOOK_S = 0.005  # while a batch commits, new commands are taken this often (and at once when it returns)
 REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
 # A shard's store can still be locked when it is assigned: a sibling processor of the same server (same data
@@ -213,6 +216,7 @@ class Processor:
     def run(self) -> None:
         """Process until `stop()`; leaves the group cleanly (revocation closes the stores)."""
         sync_schemas(self.bootstrap, self.prefix)
+        codec.registry().prepare(HOT_TYPES)
         self.producer = self._new_producer()
         session_ms = self.options.session_timeout_ms or session_timeout_ms(self.bootstrap)
         self._session_s = session_ms / 1000

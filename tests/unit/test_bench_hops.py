@@ -269,8 +269,11 @@ def _result(engine: str, scenario: str, wfs: float, p50: float, metric_p99: floa
 def test_latency_targets_put_ostinato_beside_temporal() -> None:
     table = latency_targets([_result("ostinato", "S0", 7, 40), _result("temporal", "S0", 6, 150),
                              _result("ostinato", "S4", 100, 0, 60), _result("temporal", "S4", 30, 0, 80),
+                             _result("ostinato", "S4=", 30, 0, 20), _result("temporal", "S4=", 30, 0, 40),
                              _result("ostinato", "S1", 100, 500), _result("temporal", "S1", 25, 900)])
     assert "| S0 p50 <= 1/3 of Temporal's | 40.0 ms | 150.0 ms | 3.75x | yes |" in table
     assert "| S4 lateness p99 <= Temporal's and <= 50 ms | 60.0 ms | 80.0 ms | 1.33x | no |" in table  # over 50 ms
+    assert "| S4= (S4 at the same rate) lateness p99 <= Temporal's and <= 50 ms | 20.0 ms | 40.0 ms | 2.00x | yes |" \
+        in table
     assert "| S1 >= 5x Temporal's throughput | 100.0 wf/s | 25.0 wf/s | 4.00x | no |" in table
     assert "| S2 >= 3x Temporal's throughput | n/a | n/a | n/a | n/a |" in table

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ostinato.schemas import codec
+from ostinato.schemas import codec, wire
 from ostinato.schemas.fast_reader import compile_reader
 from ostinato.schemas.fast_writer import Unsure, _varint, compile_writer
 
@@ -190,3 +190,20 @@ def test_a_varint_past_64_bits_is_left_to_fastavro() -> None:
         read_fast(TIMER, body)
     assert REGISTRY.decode(REGISTRY.encode(TIMER, {"timer_id": "x", "started_event_id": 1})[:codec.HEADER_LEN] + body
                            )[1] == read_carefully(TIMER, body)
+
+
+def test_prepared_types_are_generated_before_their_first_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A processor prepares its types at start: its first batch must not generate code (most of a second)."""
+    registry = codec.SchemaRegistry()
+    registry.prepare([wire.CURRENT_RUN])
+
+    def generating(*_: Any) -> None:
+        raise AssertionError("generated on the first record, not at prepare")
+
+    monkeypatch.setattr(codec, "compile_writer", generating)
+    monkeypatch.setattr(codec, "compile_reader", generating)
+    record = {"run_id": "r-1", "status": "RUNNING", "start_time_ms": 1}
+    name, back = registry.decode(registry.encode(wire.CURRENT_RUN, record))
+    assert name == wire.CURRENT_RUN and back["run_id"] == "r-1"
+    with pytest.raises(ValueError, match="no Avro record type"):
+        registry.prepare(["ostinato.state.NoSuchThing"])
