@@ -257,6 +257,8 @@ def main() -> None:
     for flag, default in (("--shards", 4), ("--max-batch", ProcessorOptions.max_batch), ("--timeout", 600)):
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--profile", action="store_true", help="cProfile the processor thread")
+    parser.add_argument("--profile-out", default="", metavar="FILE", help="with --profile: also write the whole "
+                        "profile here (pstats format), e.g. to compare two batch sizes function by function")
     parser.add_argument("--codec", choices=("compiled", "fastavro"), default="compiled",
                         help="Avro through the compiled writers and readers (as shipped) or fastavro alone (before)")
     parser.add_argument("--serial", action="store_true", help="commit each batch before deciding the next (before "
@@ -310,6 +312,9 @@ def run(bootstrap: str, args: argparse.Namespace, tmp: Path) -> float:
         for order, top in (("cumulative", 25), ("tottime", 15)):
             print(f"\nprofile of the processor thread, top {top} by {order} time:")
             pstats.Stats(profile).strip_dirs().sort_stats(order).print_stats(top)
+        if args.profile_out:
+            profile.dump_stats(args.profile_out)
+            print(f"\nwhole profile: {args.profile_out} (python -m pstats {args.profile_out})")
     return figure
 
 
