@@ -50,7 +50,7 @@ FULL = [  # sized for about half an hour with three engines on a 2-core machine;
     Scenario("S5", "signal", count=1000, concurrency=100, warmup=50),
     Scenario("S6", "start_only", count=5000, concurrency=200, warmup=200),
 ]
-HALF_LOAD_SECONDS = {True: 10.0, False: 30.0}  # quick, full: length of the open-loop hello run at half load
+SAME_RATE_SECONDS = {True: 10.0, False: 30.0}  # quick, full: length of each open-loop run of SAME_RATE
 # Scenarios run again in an open loop at one rate for every engine, taken from the slowest engine's closed-loop
 # throughput: name of the rerun, share of that throughput. A closed loop measures each engine at its own peak, and
 # latency at five times the load is not latency compared: S1½ is hello at half load, S4= the timers at the rate
@@ -145,7 +145,7 @@ async def _same_rate(engine: Engine, closed: Scenario, name: str, rate: float, r
     users see at a given load, compared like for like (each engine at a share of its own rate would compare a
     loaded engine with an idle one). S1½ runs hello at half the slowest engine's S1; S4= the 1 s timer at the
     slowest engine's S4 rate, so both engines fire timers as often as the slower one did in S4."""
-    count = max(20, int(rate * HALF_LOAD_SECONDS[quick]))
+    count = max(20, int(rate * SAME_RATE_SECONDS[quick]))
     again = replace(closed, name=name, count=count, concurrency=count, rate=round(rate, 1), warmup=10)
     print(f"== {closed.name} at {again.rate}/s ({name}) on {engine.name}", file=sys.stderr, flush=True)
     result = await run_scenario(engine, again, run_id)
