@@ -396,10 +396,13 @@ def test_with_auth_on_the_ui_asks_for_a_token_and_the_api_roles_apply(
         assert call(f"{server.url}/api/v1/namespaces/default/workflows/{workflow_id}", token="w-token")[1][
             "status"] == "RUNNING"
 
-        page.get_by_role("button", name="Sign out").click()
+        # Each of these reloads the page: wait for the new one, or the fill may land on the page being left.
+        with page.expect_navigation():
+            page.get_by_role("button", name="Sign out").click()
         expect(dialog).to_be_visible()
         page.locator("#token-input").fill("w-token")
-        page.get_by_role("button", name="Use this token").click()
+        with page.expect_navigation():
+            page.get_by_role("button", name="Use this token").click()
         page.locator("#terminate-reason").fill("a writer may")
         page.get_by_role("button", name="Terminate", exact=True).click()
         expect(page.locator("#run-status")).to_have_text("TERMINATED")

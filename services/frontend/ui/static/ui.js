@@ -4,6 +4,14 @@
   "use strict";
   const KEY = "ostinato-token";
   const token = () => localStorage.getItem(KEY) || "";
+  // Set while the page reloads after the token changed: a poll answered 401 in that moment must not open the
+  // dialog on the page being left (what is typed there is lost with it, and the new page asks again anyway).
+  let leaving = false;
+
+  function reload() {
+    leaving = true;
+    location.reload();
+  }
 
   function flash(text) {
     const box = document.getElementById("flash");
@@ -16,6 +24,7 @@
   }
 
   function askToken(why) {
+    if (leaving) return;
     const dialog = document.getElementById("token-dialog");
     dialog.querySelector(".why").textContent = why || "";
     if (!dialog.open) dialog.showModal();
@@ -24,7 +33,7 @@
 
   function forgetToken() {
     localStorage.removeItem(KEY);
-    location.reload();
+    reload();
   }
 
   document.addEventListener("htmx:configRequest", (event) => {
@@ -57,7 +66,7 @@
       const value = document.getElementById("token-input").value.trim();
       if (dialog.returnValue === "save" && value) {
         localStorage.setItem(KEY, value);
-        location.reload();
+        reload();
       }
     });
   });
