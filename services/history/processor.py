@@ -94,6 +94,7 @@ STOP_ABORT_TIMEOUT_S = 5.0
 HOT_TYPES = (wire.COMMAND, wire.HISTORY_EVENT, wire.MUTABLE_STATE, wire.CURRENT_RUN, wire.VISIBILITY,
              wire.WORKFLOW_TASK, wire.QUERY_TASK, wire.ACTIVITY_TASK, wire.REPLY)
 IN_FLIGHT_LOOK_S = 0.005  # while a batch commits, new commands are taken this often (and at once when it returns)
+LINGER_MIN_DECISIONS = 8  # a transaction this large means load: the next one lingers (`ProcessorOptions.linger_ms`)
 REBUILD_ATTEMPTS = 5  # a new producer after a fatal error, 1 s apart, before the server gives up (and restarts)
 # A shard's store can still be locked when it is assigned: a sibling processor of the same server (same data
 # directory) that lost it is still closing it, or a frozen one holds it. Retried this long, then the server exits.
@@ -131,6 +132,10 @@ class ProcessorOptions:
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
     on_history: Callable[[set[bytes]], None] | None = None  # after each landing or abort: runs (`ns/wf/run`) it changed
     pipeline: bool = True  # decide the next batch while the last one's commit is in flight
+    # Under load, transactions begin at least this far apart: the broker's work per transaction (a marker on every
+    # partition it wrote, the offsets, the transaction log) is then shared by more commands. 0: ship as soon as the
+    # last one committed. Only after a transaction of `LINGER_MIN_DECISIONS` or more, so a lone step never waits.
+    linger_ms: int = 0
 
     @classmethod
     def from_env(cls, data_dir: Path, read_endpoint: str = "") -> ProcessorOptions:
@@ -142,6 +147,7 @@ class ProcessorOptions:
                        "OSTINATO_SESSION_TIMEOUT_MS") else None,
                    restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")),
                    pipeline=env.get("OSTINATO_PIPELINE", "1") != "0",
+                   linger_ms=int(env.get("OSTINATO_LINGER_MS", "0")),
                    # Retention of namespaces that have no record of their own (the default one); tests shorten it.
                    config=Config(retention_ms=int(env.get("OSTINATO_DEFAULT_RETENTION_MS", Config().retention_ms)),
                                  egress_topics=egress_patterns(env.get(EGRESS_ENV, ""))))
@@ -195,6 +201,7 @@ class Processor:
         # next batch takes them first, so the deadline fires one commit late, not one batch late.
         self._carry: list[Message] = []
         self._flight: Flight | None = None  # the batch whose commit is in flight (`pipeline`)
+        self._linger_until = 0.0  # perf_counter time before which a busy processor does not ship (`linger_ms`)
         self._flight_error: KafkaException | None = None  # a flight that failed while a rebalance callback landed it
         self._in_transaction = False  # a batch's, begun and neither committed nor aborted
         self._begun_ahead = False  # an empty transaction, begun by the committer thread after a commit (`_begin_next`)
@@ -503,6 +510,9 @@ class Processor:
         decided = time.perf_counter()
         if self._flight is not None:
             fired += self._land(now, touched, floor=last)
+        if touched and time.perf_counter() < self._linger_until:  # the "wait" phase, with the landing
+            more, more_fired, last = self._decide_lingering(now, last, touched, decided_commands)
+            decided_commands, fired = decided_commands + more, fired + more_fired
         if touched or self._announce:
             self._ship(touched | self._announce, decided_commands, fired, started, decided)
         if not self.options.pipeline:
@@ -542,11 +552,33 @@ class Processor:
                 break
         return decided, fired, last
 
+    def _decide_lingering(self, now: int, last: int, touched: set[int], taken: int) -> tuple[int, int, int]:
+        """After the last transaction landed, go on taking commands into the open batch until `_linger_until`, as
+        while it was in flight (`_decide_in_flight`): a busy processor ships fewer, larger transactions. Moments
+        that fall due meanwhile fire into the batch at their own time. Returns what `_decide_in_flight` does."""
+        assert self.consumer is not None
+        decided = fired = 0
+        while not self._stop.is_set():
+            room = self._room(wall_ms()) - taken - decided
+            left = self._linger_until - time.perf_counter()
+            if self._carry or room <= 0 or left <= 0:
+                break
+            messages = self.consumer.consume(room, timeout=min(left, IN_FLIGHT_LOOK_S))
+            fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight, floor=last)
+            at = max(last, wall_ms())
+            commands = self._commands_of(messages)
+            last = at
+            if commands:
+                more, last = self._decide_commands(commands, touched, at, {})
+                decided += more
+        return decided, fired, last
+
     def _ship(self, touched: set[int], commands: int, fired: int, started: float, decided: float) -> None:
         """Begin the batch's transaction, produce its records and hand its offsets and commit to the committer
         thread. Its shards' overlays are sealed: the next batch is decided above them until it lands."""
         assert self.producer is not None and self.consumer is not None
         begun = time.perf_counter()
+        self._linger_until = linger_until(self.options, commands + fired, begun)
         self._open_since = time.monotonic()
         self._txns_begun += 1
         if not self._begun_ahead:  # the committer thread begins the next one after each commit (`_begin_next`)
@@ -977,6 +1009,14 @@ def split_due(due: dict[int, list[bytes]]) -> tuple[dict[int, list[bytes]], dict
         for key in keys:
             (timeouts if is_timeout(key) else moments)[index].append(key)
     return moments, timeouts
+
+
+def linger_until(options: ProcessorOptions, decisions: int, begun: float) -> float:
+    """When the transaction after one of `decisions` begun at `begun` (perf_counter) may ship at the earliest: a
+    large one means load, and the next waits `linger_ms` from this one's begin for more commands to share its
+    broker work; a small one (a lone step) lets the next ship as soon as this one landed (0.0)."""
+    busy = options.pipeline and options.linger_ms > 0 and decisions >= LINGER_MIN_DECISIONS
+    return begun + options.linger_ms / 1000 if busy else 0.0
 
 
 def batch_room(max_batch: int, next_due_ms: int | None, decide_s: float, now_ms: int, holding: bool) -> int:
