@@ -541,13 +541,8 @@ class Processor:
             if self._flight_error is not None:  # the flight failed while a rebalance callback landed it
                 exc, self._flight_error = self._flight_error, None
                 raise exc
-            fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight, floor=last)
-            at = max(last, wall_ms())
-            commands = self._commands_of(messages)
-            last = at
-            if commands:
-                more, last = self._decide_commands(commands, touched, at, {})
-                decided += more
+            more, more_fired, last = self._take(messages, now, last, touched)
+            decided, fired = decided + more, fired + more_fired
             if flight.done():  # what arrived until it returned has been taken: ship now
                 break
         return decided, fired, last
@@ -564,13 +559,20 @@ class Processor:
             if self._carry or room <= 0 or left <= 0:
                 break
             messages = self.consumer.consume(room, timeout=min(left, IN_FLIGHT_LOOK_S))
-            fired += self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight, floor=last)
-            at = max(last, wall_ms())
-            commands = self._commands_of(messages)
-            last = at
-            if commands:
-                more, last = self._decide_commands(commands, touched, at, {})
-                decided += more
+            more, more_fired, last = self._take(messages, now, last, touched)
+            decided, fired = decided + more, fired + more_fired
+        return decided, fired, last
+
+    def _take(self, messages: list[Message], now: int, last: int, touched: set[int]) -> tuple[int, int, int]:
+        """One look of an open batch between its decide and its ship: fire the moments that fell due since `last`,
+        then decide the commands fetched, each at its own time. Returns the commands decided, the moments fired
+        and the time of the look or of its last decision."""
+        fired = self._fire_fallen_due(now, touched, self.metrics.timers_fired_in_flight, floor=last)
+        at = max(last, wall_ms())
+        commands = self._commands_of(messages)
+        if not commands:
+            return 0, fired, at
+        decided, last = self._decide_commands(commands, touched, at, {})
         return decided, fired, last
 
     def _ship(self, touched: set[int], commands: int, fired: int, started: float, decided: float) -> None:
