@@ -76,7 +76,7 @@ def make_engines(names: list[str], home: Path, kafka: str | None = None, process
 
 
 async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool, idle: int,
-                  warm_s: float = 0.0) -> list[Result]:
+                  warm_s: float = 0.0, scale: float = 1.0) -> list[Result]:
     results: list[Result] = []
     run_id = uuid.uuid4().hex[:6]
     warmed: dict[str, str] = {}
@@ -108,7 +108,7 @@ async def run_all(engines: list[Engine], scenarios: list[Scenario], quick: bool,
                 rate = max(1.0, min(r.workflows_per_s for r in measured) * share)
                 for engine in order:
                     await engine.start(scenario)
-                    results.append(await _same_rate(engine, scenario, name, rate, run_id, quick))
+                    results.append(await _same_rate(engine, scenario, name, rate, run_id, quick, scale))
         if idle:
             results += await _s7(engines, scenarios, run_id, idle)
     finally:
@@ -140,12 +140,14 @@ async def _note_processors(engine: Engine, result: Result) -> None:
         print(f"  {result.note}", file=sys.stderr, flush=True)
 
 
-async def _same_rate(engine: Engine, closed: Scenario, name: str, rate: float, run_id: str, quick: bool) -> Result:
+async def _same_rate(engine: Engine, closed: Scenario, name: str, rate: float, run_id: str, quick: bool,
+                     scale: float = 1.0) -> Result:
     """A closed-loop scenario again in an open loop at a rate shared by every engine (SAME_RATE): the latency
     users see at a given load, compared like for like (each engine at a share of its own rate would compare a
     loaded engine with an idle one). S1½ runs hello at half the slowest engine's S1; S4= the 1 s timer at the
-    slowest engine's S4 rate, so both engines fire timers as often as the slower one did in S4."""
-    count = max(20, int(rate * SAME_RATE_SECONDS[quick]))
+    slowest engine's S4 rate, so both engines fire timers as often as the slower one did in S4. `--scale` shortens
+    the run as it shrinks every other count."""
+    count = max(20, int(rate * SAME_RATE_SECONDS[quick] * scale))
     again = replace(closed, name=name, count=count, concurrency=count, rate=round(rate, 1), warmup=10)
     print(f"== {closed.name} at {again.rate}/s ({name}) on {engine.name}", file=sys.stderr, flush=True)
     result = await run_scenario(engine, again, run_id)
@@ -329,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     warm_s = args.warm if args.warm is not None else (10.0 if args.quick else 30.0)
     results = asyncio.run(run_all(make_engines(names, home, args.kafka, args.processors), scenarios, args.quick,
-                                  args.s7, warm_s))
+                                  args.s7, warm_s, args.scale))
     processor = None if args.no_processor else processor_bench(args.quick)
     meta = {**machine(), "args": vars(args), "engines": names, "elapsed_s": round(time.monotonic() - started),
             "processor_commands_per_s": processor}

@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from ostinato.kafka.clients import base_config
+from ostinato.kafka.clients import base_config, group_session_config, group_session_timeout_ms
 from ostinato.schemas.topics import MAX_RECORD_BYTES
 
 log = logging.getLogger("ostinato.connectors")
@@ -57,10 +57,14 @@ class TransactionalLoop:
                 self.on_failure(self.name, exc)
 
     def consumer(self, **overrides: Any) -> Consumer:
+        """The loop's group member, with the processors' short session (`group_session_timeout_ms`): with Kafka's
+        45 s, a server restarted after a crash took nothing from its source topics for 45 s, waiting for its dead
+        incarnation to leave the group."""
         return Consumer({
             **base_config(self.bootstrap, f"{self.transactional_id}-consumer"), "group.id": self.group,
             "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "cooperative-sticky", **overrides})
+            "partition.assignment.strategy": "cooperative-sticky",
+            **group_session_config(group_session_timeout_ms(self.bootstrap)), **overrides})
 
     def producer(self) -> Producer:
         """A transactional producer; `init_transactions` fences (and aborts) this id's crashed incarnation."""

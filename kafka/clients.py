@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
 from ostinato.schemas.topics import MAX_RECORD_BYTES
 
@@ -166,6 +166,38 @@ def idempotent_producer(bootstrap: str, client_id: str, security: Mapping[str, s
         "linger.ms": 0,
         "message.max.bytes": MAX_RECORD_BYTES,
     })
+
+
+MIN_SESSION_TIMEOUT_MS = 3_000
+SESSION_TIMEOUT_ENV = "OSTINATO_SESSION_TIMEOUT_MS"
+_SESSION_LOOKUP_TIMEOUT_S = 30.0
+
+
+def group_session_timeout_ms(bootstrap: str, env: Mapping[str, str] | None = None) -> int:
+    """The session of Ostinato's own consumer groups (the processors', the ingress mappings', the outcomes streams',
+    the rate limiter's): how long a crashed server's partitions wait before another member takes them, and how
+    long a restarted server waits for its dead incarnation to leave the group. Kafka's default (45 s) would stall
+    them that long after every crash; this is as short as the brokers allow (`group.min.session.timeout.ms`, 6 s
+    by default, 1 s in infra/), but at least 3 s, so a loaded machine's scheduling hiccup does not move
+    partitions. `OSTINATO_SESSION_TIMEOUT_MS` sets it outright."""
+    env = os.environ if env is None else env
+    if env.get(SESSION_TIMEOUT_ENV):
+        return int(env[SESSION_TIMEOUT_ENV])
+    admin = admin_client(bootstrap)
+    try:
+        brokers = admin.list_topics(timeout=_SESSION_LOOKUP_TIMEOUT_S).brokers
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        configs = admin.describe_configs([resource])[resource].result(_SESSION_LOOKUP_TIMEOUT_S)
+        broker_min = int(configs["group.min.session.timeout.ms"].value)
+    except (KafkaException, KeyError, ValueError) as exc:
+        log.warning("could not read group.min.session.timeout.ms from the brokers (%s); assuming Kafka's 6000", exc)
+        broker_min = 6_000
+    return max(MIN_SESSION_TIMEOUT_MS, broker_min)
+
+
+def group_session_config(session_ms: int) -> dict[str, Any]:
+    """A group member's session settings for a session of `session_ms`: heartbeats at a fifth of it."""
+    return {"session.timeout.ms": session_ms, "heartbeat.interval.ms": max(300, session_ms // 5)}
 
 
 def reader_group(client_id: str) -> str:

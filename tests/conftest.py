@@ -73,3 +73,27 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     server = S3Server(tmp_path_factory.mktemp("s3"), port=None).start()
     yield server
     server.stop()
+
+
+UNIT = REPO / "tests" / "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `make test`'s two workers (pytest-xdist, `--dist loadgroup`), every test outside the pure unit tier
+    shares one group, so one worker runs them all in the order collected, one at a time, beside one broker: they
+    share servers and time their waits as they did in a single process. The unit tier goes to whichever worker is
+    free. Without workers the mark does nothing."""
+    for item in items:
+        if not item.path.is_relative_to(UNIT):
+            item.add_marker(pytest.mark.xdist_group("servers"))
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_yields_the_cpu(request: pytest.FixtureRequest) -> None:
+    """A worker running the unit tier lowers its own priority: those tests only use CPU, and beside them the server
+    tiers' brokers and processes, whose waits are timed, go first. Once per process, never raised back."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and request.node.path.is_relative_to(UNIT) and not _niced:
+        _niced.append(os.nice(10))
+
+
+_niced: list[int] = []

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, Counter
 
-from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, base_config
+from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, base_config, group_session_config, group_session_timeout_ms
 from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
@@ -85,7 +85,6 @@ MIN_ROOM = 4  # commands a batch may always take, so commands keep moving under 
 HOLD_POLL_S = 0.02  # while timeouts are held: about one fetch
 HOLD_LOG_AFTER_MS = 1_000
 HIGH_WATERMARK_TIMEOUT_S = 2.0  # asking the leader for a partition's end; timeouts stay held if it does not answer
-MIN_SESSION_TIMEOUT_MS = 3_000
 # Of a transaction, in order (metrics): "decide" includes taking commands while the previous batch commits; "wait"
 # is what is left of that commit after deciding.
 PHASES = ("decide", "wait", "produce", "send_offsets", "commit", "after_commit")
@@ -225,7 +224,7 @@ class Processor:
         sync_schemas(self.bootstrap, self.prefix)
         codec.registry().prepare(HOT_TYPES)
         self.producer = self._new_producer()
-        session_ms = self.options.session_timeout_ms or session_timeout_ms(self.bootstrap)
+        session_ms = self.options.session_timeout_ms or group_session_timeout_ms(self.bootstrap, {})
         self._session_s = session_ms / 1000
         self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
                                    "group.id": f"{self.prefix}-restore-unused", "enable.auto.commit": False,
@@ -245,8 +244,7 @@ class Processor:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": max(300, session_ms // 5),
+            **group_session_config(session_ms),
             "fetch.wait.max.ms": STEADY_FETCH_WAIT_MS,
             "fetch.max.bytes": MAX_RECORD_BYTES * 4,
         })
@@ -1033,23 +1031,6 @@ def batch_room(max_batch: int, next_due_ms: int | None, decide_s: float, now_ms:
     if fits >= max_batch:  # also a cost so small the quotient overflows to infinity (found by hypothesis)
         return max_batch
     return min(max_batch, max(MIN_ROOM, int(fits)))
-
-
-def session_timeout_ms(bootstrap: str) -> int:
-    """The processor's group session: how long a crashed server's shards wait before another takes them, and how
-    long a restarted server waits for its dead incarnation to leave the group. As short as the brokers allow
-    (`group.min.session.timeout.ms`, 6 s by default, 1 s in infra/), but at least 3 s, so a loaded machine's
-    scheduling hiccup does not move shards."""
-    admin = AdminClient(base_config(bootstrap, "ostinato-admin"))
-    try:
-        brokers = admin.list_topics(timeout=OPERATION_TIMEOUT_S).brokers
-        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
-        configs = admin.describe_configs([resource])[resource].result(OPERATION_TIMEOUT_S)
-        broker_min = int(configs["group.min.session.timeout.ms"].value)
-    except (KafkaException, KeyError, ValueError) as exc:
-        log.warning("could not read group.min.session.timeout.ms from the brokers (%s); assuming Kafka's 6000", exc)
-        broker_min = 6_000
-    return max(MIN_SESSION_TIMEOUT_MS, broker_min)
 
 
 def owner_id_of(directory: Path) -> str:

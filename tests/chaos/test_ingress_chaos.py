@@ -109,9 +109,12 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
     kills = 0
     try:
         with TestWorker(kafka.bootstrap, prefix, SHARDS, QUEUE):
-            # Three SIGKILLs while the records are being taken: at a fifth, two fifths and three fifths.
+            # Three SIGKILLs while the records are being taken: at a fifth, two fifths and three fifths. Each
+            # restarted ingress must get going before Kafka's default session (45 s) would have let its dead
+            # incarnation go: the groups' session is the brokers' minimum (`group_session_timeout_ms`); with 45 s
+            # each stretch took 45 s, with it 8-10 s.
             for share in (0.2, 0.4, 0.6):
-                deadline = time.monotonic() + 180
+                deadline = time.monotonic() + 40
                 while (taken := _taken(kafka, group, orders))[0] < share * taken[1]:
                     server.check_alive()
                     assert time.monotonic() < deadline, f"ingress stalled at {taken}: {server.tail()}"

@@ -99,7 +99,9 @@ def test_after_the_first_every_transaction_is_begun_by_the_committer(kafka: Kafk
     [producer] = proc.recorded
     assert producer.begins[0] == "processor"
     assert producer.begins.count("processor") == 1, producer.begins
-    assert producer.begins.count("committer") >= 10  # 30 hellos take many transactions
+    # How many transactions 30 hellos take depends on how the commands batch (timing: 8 to 20 were seen); what is
+    # asserted is who begins them: every one after the first is begun ahead by the committer thread.
+    assert producer.begins.count("committer") >= 3, producer.begins
     assert producer.aborts == ["processor"]  # at stop: the empty one begun after the last commit
     report = check_history(kafka.bootstrap, topic_prefix)
     assert report.ok, report.problems[:20]

@@ -18,7 +18,8 @@ def test_compare_runs_every_scenario_on_ostinato(kafka: KafkaCluster, tmp_path: 
     out = tmp_path / "results.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench.compare", "--quick", "--engines", "ostinato", "--scale", "0.02",
-         "--no-processor", "--kafka", kafka.bootstrap, "--home", str(tmp_path / "home"), "--out", str(out)],
+         "--warm", "2", "--no-processor", "--kafka", kafka.bootstrap, "--home", str(tmp_path / "home"),
+         "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
