@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 COV ?= --cov=ostinato.streams --cov-report=term:skip-covered --cov-fail-under=95
 # Two workers: every test that starts or talks to a server runs on one of them, in order, as without workers; the
 # pure unit tier fills the other (tests/conftest.py). XDIST= runs everything in one process.
-XDIST ?= -n 2 --dist loadgroup
+XDIST ?= -n 2
 
 .PHONY: demo test lint install kafka-fetch clean
 

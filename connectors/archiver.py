@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from ostinato.connectors.archive import ArchivedRun, ArchiveError, S3Archive
-from ostinato.kafka.clients import base_config
+from ostinato.kafka.clients import base_config, group_session_config, group_session_timeout_ms
 from ostinato.schemas import codec, partition_for, wire
 from ostinato.schemas.keys import workflow_key
 
@@ -84,7 +84,10 @@ class Archiver:
         self._producer.flush(5)
 
     def _run(self) -> None:
-        consumer = Consumer(self._consumer_config)
+        # The processors' short session: with Kafka's 45 s, a server restarted after a crash archived nothing for
+        # 45 s, waiting for its dead incarnation to leave the group.
+        session = group_session_config(group_session_timeout_ms(self._consumer_config["bootstrap.servers"]))
+        consumer = Consumer({**self._consumer_config, **session})
         consumer.subscribe([self.topic])
         try:
             while not self._stop.is_set():

@@ -27,7 +27,7 @@ from opensearchpy.exceptions import NotFoundError, TransportError
 from ostinato.connectors import opensearch_query as osq
 from ostinato.connectors.query import Query, SearchAttributeType, parse
 from ostinato.connectors.visibility_sqlite import MAX_PAGE_SIZE, make_page_token, read_page_token
-from ostinato.kafka.clients import base_config
+from ostinato.kafka.clients import base_config, group_session_config, group_session_timeout_ms
 from ostinato.schemas import wire
 from ostinato.schemas.codec import decode
 from ostinato.schemas.keys import split_key
@@ -310,8 +310,11 @@ class OpenSearchVisibilityFeeder:
 
     def start(self, timeout: float = 30.0) -> None:
         """Join the group on the topic and start indexing from its committed offsets (the beginning if none)."""
+        # The processors' short session: with Kafka's 45 s, a server restarted after a crash indexed nothing for
+        # 45 s, waiting for its dead incarnation to leave the group.
+        session = group_session_config(group_session_timeout_ms(self._common["bootstrap.servers"]))
         consumer = Consumer({**self._common, "client.id": "ostinato-visibility-opensearch",
-                             "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+                             "enable.partition.eof": True, "auto.offset.reset": "earliest", **session})
         metadata = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             consumer.close()

@@ -175,11 +175,11 @@ _SESSION_LOOKUP_TIMEOUT_S = 30.0
 
 def group_session_timeout_ms(bootstrap: str, env: Mapping[str, str] | None = None) -> int:
     """The session of Ostinato's own consumer groups (the processors', the ingress mappings', the outcomes streams',
-    the rate limiter's): how long a crashed server's partitions wait before another member takes them, and how
-    long a restarted server waits for its dead incarnation to leave the group. Kafka's default (45 s) would stall
-    them that long after every crash; this is as short as the brokers allow (`group.min.session.timeout.ms`, 6 s
-    by default, 1 s in infra/), but at least 3 s, so a loaded machine's scheduling hiccup does not move
-    partitions. `OSTINATO_SESSION_TIMEOUT_MS` sets it outright."""
+    the rate limiter's, the archiver's, the OpenSearch visibility feeder's): how long a crashed server's partitions
+    wait before another member takes them, and how long a restarted server waits for its dead incarnation to leave
+    the group. Kafka's default (45 s) would stall them that long after every crash; this is as short as the brokers
+    allow (`group.min.session.timeout.ms`, 6 s by default, 1 s in infra/), but at least 3 s, so a loaded machine's
+    scheduling hiccup does not move partitions. `OSTINATO_SESSION_TIMEOUT_MS` sets it outright."""
     env = os.environ if env is None else env
     if env.get(SESSION_TIMEOUT_ENV):
         return int(env[SESSION_TIMEOUT_ENV])

@@ -8,6 +8,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,16 +77,22 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 
 UNIT = REPO / "tests" / "unit"
+UNIT_PREFIX = "tests/unit/"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `make test`'s two workers (pytest-xdist, `--dist loadgroup`), every test outside the pure unit tier
-    shares one group, so one worker runs them all in the order collected, one at a time, beside one broker: they
-    share servers and time their waits as they did in a single process. The unit tier goes to whichever worker is
-    free. Without workers the mark does nothing."""
-    for item in items:
-        if not item.path.is_relative_to(UNIT):
-            item.add_marker(pytest.mark.xdist_group("servers"))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `make test`'s two workers (pytest-xdist), every test outside the pure unit tier is one unit of work, so
+    one worker runs them all, in the order collected and one at a time, beside one broker: they share servers and
+    time their waits as they would in a single process. Each unit test is a unit of its own, for whichever worker
+    is free. (xdist's `--dist loadgroup` would say this with marks, but it renames node ids, which pytest 9 no
+    longer lets it do: every test then ran wherever.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServersOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith(UNIT_PREFIX) else "servers"
+
+    return ServersOnOneWorker(config, log)
 
 
 @pytest.fixture(autouse=True)
