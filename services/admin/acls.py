@@ -125,8 +125,8 @@ def _server(prefix: str) -> list[Grant]:
         Grant(Resource.TRANSACTIONAL_ID, Pattern.PREFIXED, f"{prefix}-processor-", ("WRITE",),
               "the processor's transactions (one id per data directory, so a restart fences its predecessor)"),
         Grant(Resource.CLUSTER, Pattern.LITERAL, CLUSTER_RESOURCE, ("DESCRIBE", "DESCRIBE_CONFIGS"),
-              "`cluster status` lists brokers and the controller; the processor reads the brokers' "
-              "group.min.session.timeout.ms"),
+              "`cluster status` lists brokers and the controller; the server reads the brokers' "
+              "group.min.session.timeout.ms, its groups' session"),
     ]
 
 
@@ -169,6 +169,9 @@ def _ingress(prefix: str, mappings: Sequence[IngressTopics]) -> list[Grant]:
               "the settings reader (assigned by hand, never joins the group)"),
         Grant(Resource.GROUP, Pattern.LITERAL, reader_group(f"{prefix}-ownership"), ("DESCRIBE",),
               "the reader of registered namespaces (assigned by hand, never joins the group)"),
+        Grant(Resource.CLUSTER, Pattern.LITERAL, CLUSTER_RESOURCE, ("DESCRIBE_CONFIGS",),
+              "the brokers' group.min.session.timeout.ms, its groups' session (a restarted ingress resumes within "
+              "seconds)"),
     ]
     if not all(m.outcomes for m in mappings):  # outcomes streams alone write no command
         grants.insert(0, Grant(Resource.TOPIC, Pattern.LITERAL, topic_name(prefix, Topic.COMMANDS), ("WRITE",),
