@@ -183,16 +183,22 @@ def group_session_timeout_ms(bootstrap: str, env: Mapping[str, str] | None = Non
     env = os.environ if env is None else env
     if env.get(SESSION_TIMEOUT_ENV):
         return int(env[SESSION_TIMEOUT_ENV])
-    admin = admin_client(bootstrap)
-    try:
-        brokers = admin.list_topics(timeout=_SESSION_LOOKUP_TIMEOUT_S).brokers
-        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
-        configs = admin.describe_configs([resource])[resource].result(_SESSION_LOOKUP_TIMEOUT_S)
-        broker_min = int(configs["group.min.session.timeout.ms"].value)
-    except (KafkaException, KeyError, ValueError) as exc:
-        log.warning("could not read group.min.session.timeout.ms from the brokers (%s); assuming Kafka's 6000", exc)
-        broker_min = 6_000
+    broker_min = _brokers_min_session_ms.get(bootstrap)
+    if broker_min is None:  # asked once per process and cluster: a server's groups all start together
+        admin = admin_client(bootstrap)
+        try:
+            brokers = admin.list_topics(timeout=_SESSION_LOOKUP_TIMEOUT_S).brokers
+            resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+            configs = admin.describe_configs([resource])[resource].result(_SESSION_LOOKUP_TIMEOUT_S)
+            broker_min = _brokers_min_session_ms[bootstrap] = int(configs["group.min.session.timeout.ms"].value)
+        except (KafkaException, KeyError, ValueError) as exc:  # not remembered: the next group asks again
+            log.warning("could not read group.min.session.timeout.ms from the brokers (%s); assuming Kafka's 6000",
+                        exc)
+            broker_min = 6_000
     return max(MIN_SESSION_TIMEOUT_MS, broker_min)
+
+
+_brokers_min_session_ms: dict[str, int] = {}
 
 
 def group_session_config(session_ms: int) -> dict[str, Any]:

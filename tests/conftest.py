@@ -76,7 +76,6 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     server.stop()
 
 
-UNIT = REPO / "tests" / "unit"
 UNIT_PREFIX = "tests/unit/"
 
 
@@ -99,7 +98,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def _unit_tier_yields_the_cpu(request: pytest.FixtureRequest) -> None:
     """A worker running the unit tier lowers its own priority: those tests only use CPU, and beside them the server
     tiers' brokers and processes, whose waits are timed, go first. Once per process, never raised back."""
-    if os.environ.get("PYTEST_XDIST_WORKER") and request.node.path.is_relative_to(UNIT) and not _niced:
+    if os.environ.get("PYTEST_XDIST_WORKER") and request.node.nodeid.startswith(UNIT_PREFIX) and not _niced:
         _niced.append(os.nice(10))
 
 

@@ -40,7 +40,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, Counter
 
-from ostinato.kafka.clients import STEADY_FETCH_WAIT_MS, base_config, group_session_config, group_session_timeout_ms
+from ostinato.kafka.clients import (
+    SESSION_TIMEOUT_ENV,
+    STEADY_FETCH_WAIT_MS,
+    base_config,
+    group_session_config,
+    group_session_timeout_ms,
+)
 from ostinato.kafka.task_topics import TaskTopics
 from ostinato.schemas import codec, wire
 from ostinato.schemas.cluster import ClusterSettings
@@ -142,8 +148,7 @@ class ProcessorOptions:
         env = os.environ
         return cls(data_dir=data_dir, read_endpoint=read_endpoint,
                    max_batch=int(env.get("OSTINATO_MAX_BATCH", "500")),
-                   session_timeout_ms=int(env["OSTINATO_SESSION_TIMEOUT_MS"]) if env.get(
-                       "OSTINATO_SESSION_TIMEOUT_MS") else None,
+                   session_timeout_ms=int(env[SESSION_TIMEOUT_ENV]) if env.get(SESSION_TIMEOUT_ENV) else None,
                    restore_write_every=int(env.get("OSTINATO_RESTORE_WRITE_EVERY", "5000")),
                    pipeline=env.get("OSTINATO_PIPELINE", "1") != "0",
                    linger_ms=int(env.get("OSTINATO_LINGER_MS", "0")),
@@ -224,6 +229,7 @@ class Processor:
         sync_schemas(self.bootstrap, self.prefix)
         codec.registry().prepare(HOT_TYPES)
         self.producer = self._new_producer()
+        # The environment's setting is in the options already (`from_env`); a caller's options say it alone.
         session_ms = self.options.session_timeout_ms or group_session_timeout_ms(self.bootstrap, {})
         self._session_s = session_ms / 1000
         self._restorer = Consumer({**base_config(self.bootstrap, f"{self.owner_id}-restore"),
