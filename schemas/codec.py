@@ -22,7 +22,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from ostinato.schemas.fast_reader import Reader, compile_reader
-from ostinato.schemas.fast_writer import Writer, compile_writer
+from ostinato.schemas.fast_writer import Encoded, Writer, compile_writer
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -495,6 +495,15 @@ class SchemaRegistry:
                         return writer.name, record
         return writer.name, self._decode_carefully(writer, reader, data)
 
+    def spliceable(self, type_name: str, record: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """`record`, which `data` (single-object bytes) holds, as an `Encoded` record a later write copies from
+        `data` rather than writing again (a history event in a workflow task). Only when `data` was written with
+        the current schema of `type_name`: an older version's body is not this schema's encoding."""
+        info = self._by_name.get(type_name)
+        if info is None or not self.fast_paths or data[2:HEADER_LEN] != info.fingerprint:
+            return record
+        return Encoded(record, type_name, data[HEADER_LEN:])
+
     def _crosscheck_read(self, writer: SchemaInfo, data: bytes, record: dict[str, Any]) -> None:
         careful = self._decode_carefully(writer, writer, data)
         if repr(careful) != repr(record):  # repr: the same values, types and field order (and NaN equal to NaN)
@@ -549,6 +558,11 @@ def crosscheck_from_environment(environ: Mapping[str, str]) -> None:
 def encode(type_name: str, record: dict[str, Any]) -> bytes:
     """Encode `record` as the named Avro type, with the single-object header."""
     return registry().encode(type_name, record)
+
+
+def spliceable(type_name: str, record: dict[str, Any], data: bytes) -> dict[str, Any]:
+    """`record` carrying its encoding `data`, for writes that embed it (`SchemaRegistry.spliceable`)."""
+    return registry().spliceable(type_name, record, data)
 
 
 def decode(data: bytes) -> tuple[str, dict[str, Any]]:

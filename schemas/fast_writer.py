@@ -40,6 +40,25 @@ class NotCompiled(Exception):
     """The schema has a construct the compiled writers leave to fastavro."""
 
 
+class Encoded(dict):  # type: ignore[type-arg]
+    """A record that was already written once, carrying its Avro body: a compiled writer meeting it where a record of
+    its type goes copies the body instead of writing the record again. A workflow task carries the history events
+    the same batch wrote to the history topic (or read back from the store): each was written field by field twice,
+    a tenth of the processor's time per command (issue 15, `bench/processor.py --profile`).
+
+    Read-only by contract: the body is what the record held when it was written, so a change would be written stale.
+    History is append-only and its events are never changed once written; the test suite's crosscheck
+    (`OSTINATO_CODEC_CROSSCHECK`) writes every record the careful way too, from the dict, and fails on a difference.
+    fastavro, and everything else, sees a plain dict."""
+
+    __slots__ = ("body", "type_name")
+
+    def __init__(self, record: dict[str, Any], type_name: str, body: bytes) -> None:
+        super().__init__(record)
+        self.type_name = type_name
+        self.body = body
+
+
 def _varint(z: int) -> bytes:
     """The varint of a non-negative (zigzagged) value. Unrolled for up to 7 bytes: a millisecond timestamp
     takes 6, and timestamps are most of the values past the table."""
@@ -143,7 +162,7 @@ class _Compiler(NamedTypes):
     def __init__(self, named: dict[str, Any]) -> None:
         super().__init__(named)
         self.prefix = "_w"
-        self.constants.update({"_TABLE": _TABLE, "_SMALL": _SMALL, "_varint": _varint,
+        self.constants.update({"_TABLE": _TABLE, "_SMALL": _SMALL, "_varint": _varint, "_Encoded": Encoded,
                                "_pack_d": struct.Struct("<d").pack, "_pack_f": struct.Struct("<f").pack})
 
     def emit(self, s: Any, var: str, out: list[str], ind: str, depth: int) -> None:
@@ -238,7 +257,11 @@ class _Compiler(NamedTypes):
         fields = s["fields"]
         keys = self.const(frozenset(f["name"] for f in fields))
         out = [f"def {self.functions[name]}(v, b):",
-               "    if v.__class__ is not dict: raise Unsure",
+               "    if v.__class__ is not dict:",
+               f"        if v.__class__ is _Encoded and v.type_name == {name!r}:",
+               "            b += v.body",
+               "            return",
+               "        raise Unsure",
                f"    if not v.keys() <= {keys}: raise Unsure"]
         for f in fields:
             var = "x"

@@ -218,7 +218,10 @@ class Shard:
         if found is not None:
             return found
         data = self.get(Family.HISTORY, key)
-        return None if data is None else codec.decode(data)[1]
+        if data is None:
+            return None
+        name, record = codec.decode(data)
+        return codec.spliceable(name, record, data)
 
     # -- commands -------------------------------------------------------------------------------------------------
 
@@ -378,7 +381,7 @@ class Shard:
             data = codec.encode(wire.HISTORY_EVENT, event)
             self._out(history, self.index, key, data)
             p.writes[Family.HISTORY][key] = data
-            p.events[key] = event
+            p.events[key] = codec.spliceable(wire.HISTORY_EVENT, event, data)  # a task built from it copies `data`
             grown[run_id] = grown.get(run_id, 0) + len(data)
         for run_id, added in grown.items():
             size_key = run_key(ns, wf, run_id).encode()
