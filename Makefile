@@ -33,7 +33,7 @@ kafka-fetch: $(STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py schemas/_avro_native.c
 	@command -v python3 >/dev/null || { echo "error: python3 (3.11+) is needed" >&2; exit 1; }
 	python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: Python 3.11+ is needed" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,4 +42,4 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache schemas/_avro_native.*.so

@@ -6,7 +6,7 @@ subpackage under any layer folder is picked up without editing a list.
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ROOT = Path(__file__).parent
 LAYERS = ("schemas", "kafka", "streams", "services", "sdk", "connectors", "infra")
@@ -30,5 +30,10 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     return packages, package_dir
 
 
+# The compiled Avro writers' C engine (schemas/native_writer.py). Optional: where it cannot be built (no C compiler),
+# the install goes on and the generated Python writers do the same work, slower.
+NATIVE = Extension("ostinato.schemas._avro_native", ["schemas/_avro_native.c"], optional=True,
+                   extra_compile_args=["-O2"])
+
 packages, package_dir = _packages()
-setup(packages=packages, package_dir=package_dir)
+setup(packages=packages, package_dir=package_dir, ext_modules=[NATIVE])

@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import cProfile
 import json
+import os
 import platform
 import pstats
 import tempfile
@@ -259,8 +260,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the processor thread")
     parser.add_argument("--profile-out", default="", metavar="FILE", help="with --profile: also write the whole "
                         "profile here (pstats format), e.g. to compare two batch sizes function by function")
-    parser.add_argument("--codec", choices=("compiled", "fastavro"), default="compiled",
-                        help="Avro through the compiled writers and readers (as shipped) or fastavro alone (before)")
+    parser.add_argument("--codec", choices=("compiled", "python", "fastavro"), default="compiled",
+                        help="Avro through the compiled writers and readers (as shipped: the writers on the C engine "
+                        "where it was built), the same with the writers as generated Python, or fastavro alone")
     parser.add_argument("--serial", action="store_true", help="commit each batch before deciding the next (before "
                         "pipelining; OSTINATO_PIPELINE=0)")
     parser.add_argument("--quick", action="store_true", help="a small run")
@@ -268,7 +270,10 @@ def main() -> None:
     args = parser.parse_args()
     args.commands = args.commands or (2_000 if args.quick else 50_000)
     args.workflows = args.workflows or (100 if args.quick else 1_000)
-    codec.registry().fast_paths = args.codec == "compiled"
+    codec.settings_from_environment(os.environ)
+    codec.registry().fast_paths = args.codec != "fastavro"
+    if args.codec == "python":
+        codec.registry().use_native(False)
     with tempfile.TemporaryDirectory(prefix="ostinato-bench-") as tmp:
         broker = None if args.kafka else KafkaCluster(Path(tmp) / "kafka", nodes=1, port=None)
         try:

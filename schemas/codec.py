@@ -23,6 +23,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from ostinato.schemas.fast_reader import Reader, compile_reader
 from ostinato.schemas.fast_writer import Encoded, Writer, compile_writer
+from ostinato.schemas.native_writer import available as native_available
+from ostinato.schemas.native_writer import compile_native_writer
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -365,7 +367,8 @@ class SchemaRegistry:
         self._writers: dict[bytes, SchemaInfo] = {}
         self._compiled: dict[str, Writer | None] = {}  # compiled on first use: start-up pays for none of them
         self._readers: dict[bytes, Reader | None] = {}  # by fingerprint: only for the current schemas
-        self.crosscheck = False  # `crosscheck_from_environment`: tests write every record both ways
+        self.crosscheck = False  # `settings_from_environment`: tests write every record both ways
+        self.native = native_available()  # the compiled writers run on the C engine (`native_writer.py`)
         self.fast_paths = True  # False: fastavro alone, as before the compiled code (`bench/processor.py --codec`)
         for name, source in self._sources.items():
             if source["type"] != "record":
@@ -415,9 +418,24 @@ class SchemaRegistry:
         for type_name in type_names:
             info = self.schema(type_name)
             if type_name not in self._compiled:
-                self._compiled[type_name] = compile_writer(info.parsed, self._named)
+                self._compiled[type_name] = self._compile_writer(info.parsed)
             if info.fingerprint not in self._readers:
                 self._readers[info.fingerprint] = compile_reader(info.parsed, self._named)
+
+    def use_native(self, on: bool) -> None:
+        """Run the compiled writers on the C engine (where it was built) or as generated Python."""
+        native = on and native_available()
+        if native != self.native:
+            self.native = native
+            self._compiled.clear()  # compiled for the other engine: compiled again at their next use
+
+    def _compile_writer(self, parsed: dict[str, Any]) -> Writer | None:
+        """The C engine's writer where it was built (`native_writer`), else the generated Python one."""
+        if self.native:
+            writer = compile_native_writer(parsed, self._named)
+            if writer is not None:
+                return writer
+        return compile_writer(parsed, self._named)
 
     def encode(self, type_name: str, record: dict[str, Any]) -> bytes:
         """Encode `record` as `type_name`; a record that does not fit the schema raises ValueError.
@@ -430,7 +448,7 @@ class SchemaRegistry:
         try:
             writer = self._compiled[type_name]
         except KeyError:
-            writer = self._compiled[type_name] = compile_writer(info.parsed, self._named)
+            writer = self._compiled[type_name] = self._compile_writer(info.parsed)
         if writer is not None and self.fast_paths:
             out_fast = bytearray(MAGIC)
             out_fast += info.fingerprint
@@ -548,11 +566,14 @@ def registry() -> SchemaRegistry:
     return SchemaRegistry()
 
 
-def crosscheck_from_environment(environ: Mapping[str, str]) -> None:
-    """Under OSTINATO_CODEC_CROSSCHECK=1 (the test suite sets it, and the servers and workers it starts inherit
-    it) every record is written by the compiled writer and by fastavro, and a difference raises. The process's
-    entry points call this: the deterministic core reads no environment."""
-    registry().crosscheck = environ.get("OSTINATO_CODEC_CROSSCHECK", "") not in ("", "0")
+def settings_from_environment(environ: Mapping[str, str]) -> None:
+    """The codec's switches, read by the process's entry points (the deterministic core reads no environment).
+    OSTINATO_CODEC_CROSSCHECK=1 (the test suite sets it, and the servers and workers it starts inherit it): every
+    record is written by the compiled writer and by fastavro, and a difference raises. OSTINATO_NATIVE_CODEC=0: the
+    compiled writers are the generated Python ones even where the C engine was built (to compare the two)."""
+    reg = registry()
+    reg.crosscheck = environ.get("OSTINATO_CODEC_CROSSCHECK", "") not in ("", "0")
+    reg.use_native(environ.get("OSTINATO_NATIVE_CODEC", "1") not in ("", "0"))
 
 
 def encode(type_name: str, record: dict[str, Any]) -> bytes:

@@ -112,7 +112,7 @@ class KafkaWorkerTransport(WorkerTransport):
         self.history = history
 
     async def run_worker(self, worker: ServedWorker, stopping: asyncio.Event) -> None:
-        codec.crosscheck_from_environment(os.environ)  # the test suite's check of the compiled Avro writers
+        codec.settings_from_environment(os.environ)  # the test suite's check of the compiled Avro writers
         async def fetch_history(task: Record) -> list[Record]:
             return await self.history(task["namespace"], task["workflow_id"], task["run_id"])
 

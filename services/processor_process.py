@@ -116,7 +116,7 @@ def serve(spec: MemberSpec) -> int:
 def main(argv: list[str]) -> None:
     spec = MemberSpec(**json.loads(argv[1]))
     die_with_parent(spec.parent_pid)
-    codec.crosscheck_from_environment(os.environ)
+    codec.settings_from_environment(os.environ)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s processor-{spec.index} %(name)s: %(message)s")
     raise SystemExit(serve(spec))

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Every encode in the tests (and in the servers and workers they start, which inherit the environment) is
 # written both by the compiled Avro writers and by fastavro, and must come out the same (schemas/fast_writer.py).
 os.environ.setdefault("OSTINATO_CODEC_CROSSCHECK", "1")
-codec.crosscheck_from_environment(os.environ)
+codec.settings_from_environment(os.environ)
 
 
 @pytest.fixture(scope="session")

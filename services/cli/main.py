@@ -498,7 +498,7 @@ def s3_status(home: S3HomeOpt = _DEFAULT_S3_HOME, output: OutputOpt = Output.TAB
 
 def main() -> None:
     """Entry point: expected failures print one clear line, never a stack trace."""
-    codec.crosscheck_from_environment(os.environ)
+    codec.settings_from_environment(os.environ)
     try:
         app()
     except (InfraError, ClusterError, KafkaUnavailable, KafkaConfigError) as exc:
