@@ -11,12 +11,17 @@
  *
  * Plan nodes (ints are the primitive kinds; tuples the rest):
  *   0 null, 1 boolean, 2 int, 3 long, 4 float, 5 double, 6 string, 7 bytes
- *   (8, {symbol: varint bytes})                          enum
+ *   (8, {symbol: varint bytes}, (symbol, ...))           enum
  *   (9, [full name, ((field, default or MISSING, node), ...)])   record (a list, so recursive types can refer to it)
  *   (10, node)                                            array
  *   (11, node)                                            map (string keys)
  *   (12, node, record full name or None)                  union of null and one type
- *   (13, {full name: (index varint bytes, record list)})  union of records, given as (name, record)
+ *   (13, {full name: (index varint bytes, record list)}, ((full name, record list), ...))
+ *                                                         union of records, given as (name, record)
+ *
+ * The same plans read: `read` returns what the generated Python readers of fast_reader.py return (what fastavro
+ * returns with Ostinato's options), and raises `Unsure` for whatever they refuse (truncated, a varint past 64 bits,
+ * an index out of range), or the UnicodeDecodeError of bad UTF-8; the codec then reads the careful way.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -265,6 +270,209 @@ static PyObject *py_write(PyObject *Py_UNUSED(self), PyObject *const *args, Py_s
     Py_RETURN_NONE;
 }
 
+
+/* -- reading ----------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *d;
+    Py_ssize_t p, len;
+} In;
+
+static int get_varint(In *in, unsigned long long *out) {
+    unsigned long long x = 0;
+    int shift = 0;
+    for (;;) {
+        if (in->p >= in->len) return unsure();
+        unsigned int c = in->d[in->p++];
+        if (shift == 63 && c > 1) return unsure();  /* past 64 bits: fastavro wraps it, the readers do not guess */
+        x |= (unsigned long long)(c & 0x7F) << shift;
+        if (c < 0x80) break;
+        shift += 7;
+        if (shift > 63) return unsure();
+    }
+    *out = x;
+    return 0;
+}
+
+static int get_long(In *in, long long *out) {
+    unsigned long long z;
+    if (get_varint(in, &z) < 0) return -1;
+    *out = (long long)(z >> 1) ^ -(long long)(z & 1);
+    return 0;
+}
+
+static PyObject *read_node(PyObject *node, In *in, int depth);
+
+static PyObject *read_record(PyObject *record, In *in, int depth) {
+    PyObject *fields = PyList_GET_ITEM(record, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(fields);
+    PyObject *out = _PyDict_NewPresized(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *field = PyTuple_GET_ITEM(fields, i);
+        PyObject *x = read_node(PyTuple_GET_ITEM(field, 2), in, depth + 1);
+        if (x == NULL || PyDict_SetItem(out, PyTuple_GET_ITEM(field, 0), x) < 0) {
+            Py_XDECREF(x);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(x);
+    }
+    return out;
+}
+
+static PyObject *read_string(In *in, int text) {
+    long long n;
+    if (get_long(in, &n) < 0) return NULL;
+    if (n < 0 || n > in->len - in->p) {
+        unsure();
+        return NULL;
+    }
+    const char *start = (const char *)in->d + in->p;
+    in->p += (Py_ssize_t)n;
+    return text ? PyUnicode_DecodeUTF8(start, (Py_ssize_t)n, NULL) : PyBytes_FromStringAndSize(start, (Py_ssize_t)n);
+}
+
+/* A block count: its items, or 0 at the end; a negative count is followed by the block's size in bytes. */
+static int get_count(In *in, long long *n) {
+    if (get_long(in, n) < 0) return -1;
+    if (*n < 0) {
+        long long size;
+        *n = -*n;
+        if (get_long(in, &size) < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *read_node(PyObject *node, In *in, int depth) {
+    if (depth > MAX_DEPTH) {
+        unsure();
+        return NULL;
+    }
+    if (PyLong_CheckExact(node)) {
+        switch (PyLong_AsLong(node)) {
+        case K_NULL:
+            Py_RETURN_NONE;
+        case K_BOOLEAN: {
+            if (in->p >= in->len) break;
+            unsigned int c = in->d[in->p++];
+            if (c > 1) break;
+            return PyBool_FromLong(c);
+        }
+        case K_INT:
+        case K_LONG: {
+            long long n;
+            if (get_long(in, &n) < 0) return NULL;
+            return PyLong_FromLongLong(n);
+        }
+        case K_FLOAT:
+        case K_DOUBLE: {
+            int four = PyLong_AsLong(node) == K_FLOAT;
+            Py_ssize_t size = four ? 4 : 8;
+            if (in->len - in->p < size) break;
+            const char *at = (const char *)in->d + in->p;
+            in->p += size;
+            double d = four ? PyFloat_Unpack4(at, 1) : PyFloat_Unpack8(at, 1);
+            if (d == -1.0 && PyErr_Occurred()) return NULL;
+            return PyFloat_FromDouble(d);
+        }
+        case K_STRING:
+            return read_string(in, 1);
+        case K_BYTES:
+            return read_string(in, 0);
+        default:
+            PyErr_SetString(PyExc_SystemError, "unknown Avro plan node");
+            return NULL;
+        }
+        unsure();
+        return NULL;
+    }
+    PyObject *arg = PyTuple_GET_ITEM(node, 1);
+    switch (PyLong_AsLong(PyTuple_GET_ITEM(node, 0))) {
+    case K_ENUM: {
+        PyObject *symbols = PyTuple_GET_ITEM(node, 2);
+        long long i;
+        if (get_long(in, &i) < 0) return NULL;
+        if (i < 0 || i >= PyTuple_GET_SIZE(symbols)) break;
+        return Py_NewRef(PyTuple_GET_ITEM(symbols, (Py_ssize_t)i));
+    }
+    case K_RECORD:
+        return read_record(arg, in, depth);
+    case K_ARRAY:
+    case K_MAP: {
+        int map = PyLong_AsLong(PyTuple_GET_ITEM(node, 0)) == K_MAP;
+        PyObject *out = map ? PyDict_New() : PyList_New(0);
+        if (out == NULL) return NULL;
+        for (;;) {
+            long long n;
+            if (get_count(in, &n) < 0) goto failed;
+            if (n == 0) return out;
+            for (long long i = 0; i < n; i++) {
+                PyObject *key = NULL;
+                if (map && (key = read_string(in, 1)) == NULL) goto failed;
+                PyObject *item = read_node(arg, in, depth + 1);
+                int rc = item == NULL ? -1 : map ? PyDict_SetItem(out, key, item) : PyList_Append(out, item);
+                Py_XDECREF(key);
+                Py_XDECREF(item);
+                if (rc < 0) goto failed;
+            }
+        }
+    failed:
+        Py_DECREF(out);
+        return NULL;
+    }
+    case K_NULL_UNION: {
+        long long i;
+        if (get_long(in, &i) < 0) return NULL;
+        if (i == 0) Py_RETURN_NONE;
+        if (i != 1) break;
+        return read_node(arg, in, depth + 1);
+    }
+    case K_RECORD_UNION: {
+        PyObject *branches = PyTuple_GET_ITEM(node, 2);
+        long long i;
+        if (get_long(in, &i) < 0) return NULL;
+        if (i < 0 || i >= PyTuple_GET_SIZE(branches)) break;
+        PyObject *branch = PyTuple_GET_ITEM(branches, (Py_ssize_t)i);
+        PyObject *record = read_record(PyTuple_GET_ITEM(branch, 1), in, depth + 1);
+        if (record == NULL) return NULL;
+        PyObject *tagged = PyTuple_Pack(2, PyTuple_GET_ITEM(branch, 0), record);
+        Py_DECREF(record);
+        return tagged;
+    }
+    default:
+        PyErr_SetString(PyExc_SystemError, "unknown Avro plan node");
+        return NULL;
+    }
+    unsure();
+    return NULL;
+}
+
+/* read(record_plan, data, pos): (the record at data[pos:], the offset after it). */
+static PyObject *py_read(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "read(record_plan: list, data: bytes, pos: int)");
+        return NULL;
+    }
+    if (Unsure == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    In in = {(const unsigned char *)PyBytes_AS_STRING(args[1]), PyLong_AsSsize_t(args[2]), PyBytes_GET_SIZE(args[1])};
+    if (in.p < 0 || in.p > in.len) return PyErr_Occurred() ? NULL : (unsure(), NULL);
+    PyObject *record = read_record(args[0], &in, 0);
+    if (record == NULL) return NULL;
+    PyObject *end = PyLong_FromSsize_t(in.p);
+    if (end == NULL) {
+        Py_DECREF(record);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(2, record, end);
+    Py_DECREF(record);
+    Py_DECREF(end);
+    return result;
+}
+
 /* configure(Unsure, Encoded, MISSING): the exception to raise, the spliced record class, the no-default marker. */
 static PyObject *py_configure(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *unsure_cls, *encoded_cls, *missing;
@@ -281,12 +489,13 @@ static PyObject *py_configure(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"write", (PyCFunction)(void (*)(void))py_write, METH_FASTCALL, "write(record_plan, record, out)"},
+    {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, "read(record_plan, data, pos) -> (record, end)"},
     {"configure", py_configure, METH_VARARGS, "configure(Unsure, Encoded, MISSING)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_avro_native",
-                                    "Avro binary writing over planned schemas (see native_writer.py).", -1, methods,
+                                    "Avro binary writing and reading over planned schemas (see native_writer.py).", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__avro_native(void) {

@@ -24,7 +24,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from ostinato.schemas.fast_reader import Reader, compile_reader
 from ostinato.schemas.fast_writer import Encoded, Writer, compile_writer
 from ostinato.schemas.native_writer import available as native_available
-from ostinato.schemas.native_writer import compile_native_writer
+from ostinato.schemas.native_writer import compile_native_reader, compile_native_writer
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -420,22 +420,30 @@ class SchemaRegistry:
             if type_name not in self._compiled:
                 self._compiled[type_name] = self._compile_writer(info.parsed)
             if info.fingerprint not in self._readers:
-                self._readers[info.fingerprint] = compile_reader(info.parsed, self._named)
+                self._readers[info.fingerprint] = self._compile_reader(info.parsed)
 
     def use_native(self, on: bool) -> None:
-        """Run the compiled writers on the C engine (where it was built) or as generated Python."""
+        """Run the compiled writers and readers on the C engine (where it was built) or as generated Python."""
         native = on and native_available()
         if native != self.native:
             self.native = native
             self._compiled.clear()  # compiled for the other engine: compiled again at their next use
+            self._readers.clear()
 
     def _compile_writer(self, parsed: dict[str, Any]) -> Writer | None:
-        """The C engine's writer where it was built (`native_writer`), else the generated Python one."""
+        """The C engine's writer where it was built (`native_writer`), else the generated Python one (readers too)."""
         if self.native:
             writer = compile_native_writer(parsed, self._named)
             if writer is not None:
                 return writer
         return compile_writer(parsed, self._named)
+
+    def _compile_reader(self, parsed: dict[str, Any]) -> Reader | None:
+        if self.native:
+            reader = compile_native_reader(parsed, self._named)
+            if reader is not None:
+                return reader
+        return compile_reader(parsed, self._named)
 
     def encode(self, type_name: str, record: dict[str, Any]) -> bytes:
         """Encode `record` as `type_name`; a record that does not fit the schema raises ValueError.
@@ -500,7 +508,7 @@ class SchemaRegistry:
             try:
                 fast = self._readers[fingerprint]
             except KeyError:
-                fast = self._readers[fingerprint] = compile_reader(writer.parsed, self._named)
+                fast = self._readers[fingerprint] = self._compile_reader(writer.parsed)
             if fast is not None:
                 try:
                     record, end = fast(data if data.__class__ is bytes else bytes(data), HEADER_LEN)
