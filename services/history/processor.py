@@ -775,11 +775,17 @@ class Processor:
 
         outputs: list[Output] = [o for _, part in sorted(sealed.items()) for o in part.outputs]
         outputs.extend(self._ownership_records())
-        for out in outputs:
+        # Only the last record of each changelog partition reports its delivery: records of one partition are
+        # delivered in order, and the checkpoint wants the last offset. A report is a Python call under the
+        # interpreter lock (four a command, taken from the processor thread deciding the next batch); a record that
+        # fails without one fails the transaction's commit, which librdkafka refuses once any record failed.
+        last = {(out.topic, out.partition): i for i, out in enumerate(outputs) if out.topic in tracked}
+        reported = set(last.values())
+        for i, out in enumerate(outputs):
             while True:
                 try:
                     self.producer.produce(out.topic, out.value, out.key, partition=out.partition,
-                                          on_delivery=delivered,
+                                          on_delivery=delivered if i in reported else None,
                                           headers=list(out.headers) if out.headers else None)
                     break
                 except BufferError:

@@ -11,14 +11,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ostinato.infra.kafka import KafkaCluster
 from ostinato.schemas import codec
 from ostinato.schemas.keys import shard_for, workflow_key
+from ostinato.schemas.topics import Topic, topic_name
 from ostinato.services.admin.checker import check_history
 from ostinato.services.admin.cluster import init_cluster
-from ostinato.services.history.store import Family
+from ostinato.services.history.store import CHECKPOINT_HISTORY, CHECKPOINT_STATE, Family, unpack_int
 from tests.conftest import run_cli
 from tests.tools.servers import ServerProcess
 from tests.tools.stores import dump_store, durable_states, mismatches, shard_dirs
@@ -36,6 +37,14 @@ def server(kafka: KafkaCluster, topic_prefix: str, tmp_path: Path):
     srv.wait_owning(SHARDS)
     yield srv
     srv.stop()
+
+
+def _end_offset(bootstrap: str, topic: str, partition: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "checkpoint-check"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
 
 
 def _metric(srv: ServerProcess, name: str) -> dict[str, float]:
@@ -58,6 +67,14 @@ def test_a_thousand_workflows_complete_with_clean_histories(kafka: KafkaCluster,
     assert json.loads(cli.stdout)["runs"] == 1000
     server.stop()
     assert mismatches(report, durable_states([server.data_dir], topic_prefix)) == []
+    # Each store's checkpoint is just past its shard's last changelog record (only that record reports its
+    # delivery): the partition's end is one further, the commit marker of the transaction that wrote it.
+    for path in shard_dirs(server.data_dir, topic_prefix):
+        shard = int(path.name.rpartition("-")[2])
+        meta = dump_store(path)[Family.META]
+        for topic, checkpoint in ((Topic.STATE, CHECKPOINT_STATE), (Topic.HISTORY, CHECKPOINT_HISTORY)):
+            end = _end_offset(kafka.bootstrap, topic_name(topic_prefix, topic), shard)
+            assert unpack_int(meta[checkpoint]) == end - 1, (path.name, topic, end)
 
 
 def test_a_thousand_one_second_timers_fire_exactly_once(kafka: KafkaCluster, topic_prefix: str,
