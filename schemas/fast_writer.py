@@ -43,8 +43,8 @@ class NotCompiled(Exception):
 class Encoded(dict):  # type: ignore[type-arg]
     """A record that was already written once, carrying its Avro body: a compiled writer meeting it where a record of
     its type goes copies the body instead of writing the record again. A workflow task carries the history events
-    the same batch wrote to the history topic (or read back from the store): each was written field by field twice,
-    a tenth of the processor's time per command (issue 15, `bench/processor.py --profile`).
+    the same batch wrote to the history topic (or read back from the store): each was written field by field twice
+    (issue 15: 3% of the shard path's instructions a command, `bench/shard.py` under callgrind).
 
     Read-only by contract: the body is what the record held when it was written, so a change would be written stale.
     History is append-only and its events are never changed once written; the test suite's crosscheck
