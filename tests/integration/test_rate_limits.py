@@ -2,8 +2,11 @@
 
 A queue limited by the engine stays at its limit with three workers that could go much faster; a worker's own limit
 holds it alone; and the backlog metrics on `/metrics` show a growing age while no worker runs and zero once one does.
-Rates are measured from the wall-clock times the workers started the activities, with a tolerance: the rate IS the
-feature here.
+Rates are measured with a tolerance: the rate IS the feature here. The engine's limit is judged where the engine holds
+it, at the moments the limiter released the tasks into the activity task topic (the records' timestamps): a worker's
+own start times add what happens after the release (a stalled processor confirms several starts in one transaction,
+so they bunch), and under CI's load that moved the measured rate of a correct limiter to 6.9/s for a limit of 5. The
+workers' start rate is printed beside it; a worker's own limit is judged at the worker's starts.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import pytest
 
 from ostinato.client import Client
 from ostinato.infra.kafka import KafkaCluster
+from ostinato.schemas.topics import TaskKind, task_topic_name
 from ostinato.services.admin.cluster import init_cluster
 from ostinato.worker import Worker
 from tests.conftest import run_cli
 from tests.integration.rate_limit_app import FanOut, call_api
 from tests.tools.servers import ServerProcess
+from tests.tools.topics import read_committed
 
 TOLERANCE = 0.25
 
@@ -83,15 +88,20 @@ def test_a_rate_limited_queue_is_held_at_its_limit_across_three_workers(server: 
             assert status == 200 and answer["activities_per_second"] == limit
             free = sorted(await fan_out(client, free_queue, n))
             free_rate = (n - 1) / (free[-1] - free[0])  # first to last: the lowest estimate of what they can do
-            limited_rate = rate(await fan_out(client, limited, n))
-            return limited_rate, free_rate
+            started_rate = rate(await fan_out(client, limited, n))
+            return started_rate, free_rate, limited
         finally:
             for w in fleet + unlimited:
                 await w.shutdown()
 
-    limited_rate, free_rate = asyncio.run(go())
-    print(f"queue limit {limit}/s: measured {limited_rate:.2f}/s with three workers; unlimited {free_rate:.1f}/s")
-    assert abs(limited_rate - limit) <= TOLERANCE * limit, (limited_rate, free_rate)
+    started_rate, free_rate, limited = asyncio.run(go())
+    topic = task_topic_name(server.prefix, limited, TaskKind.ACTIVITY)
+    released = [msg.timestamp()[1] / 1000 for msg in read_committed(server.bootstrap, topic)]
+    assert len(released) == n, f"{len(released)} of the {n} activities went through the limiter's topic"
+    limited_rate = rate(released)
+    print(f"queue limit {limit}/s: released at {limited_rate:.2f}/s to three workers, which started them at "
+          f"{started_rate:.2f}/s; unlimited {free_rate:.1f}/s")
+    assert abs(limited_rate - limit) <= TOLERANCE * limit, (limited_rate, started_rate, free_rate)
     assert free_rate >= 2 * limit, (limited_rate, free_rate)  # the workers could go much faster
 
 
