@@ -261,8 +261,8 @@ def main() -> None:
     parser.add_argument("--profile-out", default="", metavar="FILE", help="with --profile: also write the whole "
                         "profile here (pstats format), e.g. to compare two batch sizes function by function")
     parser.add_argument("--codec", choices=("compiled", "python", "fastavro"), default="compiled",
-                        help="Avro through the compiled writers and readers (as shipped: the writers on the C engine "
-                        "where it was built), the same with the writers as generated Python, or fastavro alone")
+                        help="Avro through the compiled writers and readers (as shipped: on the C engine where it "
+                        "was built), the same as generated Python, or fastavro alone")
     parser.add_argument("--serial", action="store_true", help="commit each batch before deciding the next (before "
                         "pipelining; OSTINATO_PIPELINE=0)")
     parser.add_argument("--quick", action="store_true", help="a small run")

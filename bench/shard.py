@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the measured commands of every round")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     args = parser.parse_args(argv)
-    codec.settings_from_environment(os.environ)  # OSTINATO_NATIVE_CODEC=0: the generated Python writers
+    codec.settings_from_environment(os.environ)  # OSTINATO_NATIVE_CODEC=0: the generated Python codec
 
     collector.take_over()  # as a processor runs: no automatic full collections (young ones as usual)
     fed, warmup = encoded_commands(args.mix, args.commands, args.workflows, args.shards)
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     median = statistics.median(per_command)
     engine = "the C engine" if codec.registry().native else "generated Python"
     print(f"\nshard path without Kafka, mix {args.mix}, {args.shards} shards, batches of {args.batch}, "
-          f"{measured:,} commands a round, Avro writers {engine}, Python {platform.python_version()}"
+          f"{measured:,} commands a round, Avro on {engine}, Python {platform.python_version()}"
           f"{' (under cProfile)' if profile else ''}\n")
     print("| figure | value |\n| --- | --- |")
     print(f"| µs of the thread a command, median of {args.rounds} (min / max) | {median:.1f} "

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
@@ -25,6 +25,8 @@ from ostinato.schemas.fast_reader import Reader, compile_reader
 from ostinato.schemas.fast_writer import Encoded, Writer, compile_writer
 from ostinato.schemas.native_writer import available as native_available
 from ostinato.schemas.native_writer import compile_native_reader, compile_native_writer
+
+_F = TypeVar("_F")  # a compiled writer or reader
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -431,19 +433,16 @@ class SchemaRegistry:
             self._readers.clear()
 
     def _compile_writer(self, parsed: dict[str, Any]) -> Writer | None:
-        """The C engine's writer where it was built (`native_writer`), else the generated Python one (readers too)."""
-        if self.native:
-            writer = compile_native_writer(parsed, self._named)
-            if writer is not None:
-                return writer
-        return compile_writer(parsed, self._named)
+        return self._compile(compile_native_writer, compile_writer, parsed)
 
     def _compile_reader(self, parsed: dict[str, Any]) -> Reader | None:
-        if self.native:
-            reader = compile_native_reader(parsed, self._named)
-            if reader is not None:
-                return reader
-        return compile_reader(parsed, self._named)
+        return self._compile(compile_native_reader, compile_reader, parsed)
+
+    def _compile(self, native: Callable[[Any, Any], _F | None], generated: Callable[[Any, Any], _F | None],
+                 parsed: dict[str, Any]) -> _F | None:
+        """The C engine's function where it was built (`native_writer`), else the generated Python one."""
+        compiled = native(parsed, self._named) if self.native else None
+        return compiled if compiled is not None else generated(parsed, self._named)
 
     def encode(self, type_name: str, record: dict[str, Any]) -> bytes:
         """Encode `record` as `type_name`; a record that does not fit the schema raises ValueError.

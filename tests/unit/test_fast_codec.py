@@ -53,16 +53,29 @@ def datum(schema: Any, depth: int = 0) -> st.SearchStrategy[Any]:
     return datum(kind, depth)
 
 
-# The generated Python writers, and the same plans on the C engine (built at install: a missing engine fails here).
-ENGINES = {"python": compile_writer, "native": compile_native_writer}
-engines = pytest.mark.parametrize("engine", sorted(ENGINES))
+# The generated Python writers and readers, and the same plans on the C engine (built at install: a missing engine
+# fails here).
+COMPILERS = {("writer", "python"): compile_writer, ("writer", "native"): compile_native_writer,
+             ("reader", "python"): compile_reader, ("reader", "native"): compile_native_reader}
+ENGINES = ("native", "python")
+engines = pytest.mark.parametrize("engine", ENGINES)
 
 
 @functools.cache
+def compiled(kind: str, name: str, engine: str) -> Any:
+    function = COMPILERS[kind, engine](REGISTRY.schema(name).parsed, NAMED)
+    assert function is not None, f"{name} has no compiled {kind} on the {engine} engine"
+    return function
+
+
 def writer_of(name: str, engine: str) -> Writer:
-    writer = ENGINES[engine](REGISTRY.schema(name).parsed, NAMED)
-    assert writer is not None, f"{name} has no compiled writer on the {engine} engine"
+    writer: Writer = compiled("writer", name, engine)
     return writer
+
+
+def reader_of(name: str, engine: str) -> Reader:
+    reader: Reader = compiled("reader", name, engine)
+    return reader
 
 
 def fast(name: str, record: Any, engine: str = "python") -> bytes:
@@ -74,16 +87,6 @@ def fast(name: str, record: Any, engine: str = "python") -> bytes:
 
 def careful(name: str, record: Any) -> bytes:
     return REGISTRY._encode_carefully(name, REGISTRY.schema(name), record)[codec.HEADER_LEN:]
-
-
-READERS = {"python": compile_reader, "native": compile_native_reader}
-
-
-@functools.cache
-def reader_of(name: str, engine: str) -> Reader:
-    reader = READERS[engine](REGISTRY.schema(name).parsed, NAMED)
-    assert reader is not None, f"{name} has no compiled reader on the {engine} engine"
-    return reader
 
 
 def read_fast(name: str, body: bytes, engine: str = "python") -> Any:
