@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     codec.settings_from_environment(os.environ)  # OSTINATO_NATIVE_CODEC=0: the generated Python codec
 
-    collector.take_over()  # as a processor runs: no automatic full collections (young ones as usual)
+    collector.take_over()  # as a processor runs: only the youngest generation is collected automatically
     fed, warmup = encoded_commands(args.mix, args.commands, args.workflows, args.shards)
     measured = len(fed) - warmup
     profile = cProfile.Profile() if args.profile else None

@@ -5,15 +5,24 @@ workflows in its cache spent 120-170 ms of CPU in one (S4: 3,000 one-second time
 loaded 2-core box), in the middle of a batch, and every timer due meanwhile fired that late: it was most of S4's
 p99 (docs/benchmarks.md, "Timers and the garbage collector"). Reference counting frees nearly all of the
 processor's garbage; only cycles need the collector, and they are rare and small here. So the processor turns off
-the automatic full collections (the young generations are still collected as usual, in a few milliseconds) and
-runs one itself: when it is idle (a poll found nothing, no batch is in flight, and no deadline falls due within
-`IDLE_ROOM_S`), at most every `IDLE_EVERY_S`; and, as a backstop under a load that never leaves it such a moment,
-when the last full collection is `BUSY_EVERY_S` old, right after a transaction (pipelined, its commit round trip
-then overlaps the collection). Either only once the young generations were collected `YOUNG_BEFORE_FULL` times
-since the last full one (the interpreter's own first condition): an idle server does not walk its unchanged heap
-again and again. A collection while idle still delays the next command by its length, so idle ones are half a
-minute apart: at one workflow at a time (S0), about one step in 200 meets one. Memory left to old cycles is bounded
-by what the process allocates in `BUSY_EVERY_S` (young ones are collected as before).
+the automatic full collections and runs one itself: when it is idle (a poll found nothing, no batch is in flight,
+and no deadline falls due within `IDLE_ROOM_S`), at most every `IDLE_EVERY_S`; and, as a backstop under a load that
+never leaves it such a moment, when the last full collection is `BUSY_EVERY_S` old, right after a transaction
+(pipelined, its commit round trip then overlaps the collection). Either only once the youngest generation was
+collected `YOUNG_BEFORE_FULL` times since the last full one (the interpreter's own schedule would have run a full
+one by then): an idle server does not walk its unchanged heap again and again. A collection while idle still
+delays the next command by its length, so idle ones are half a minute apart: at one workflow at a time (S0), about
+one step in 200 meets one.
+
+The middle generation's automatic collections are off too. What survives a young collection in a processor is
+nearly all long-lived (decoded workflows in the cache, a batch's records until it lands), so each middle collection
+walked the same live objects a second time: 2 ms each, every ten young ones, 0.6 s of a 50,000-command
+`bench/shard.py` run of 6 s (docs/benchmarks.md, "Fewer allocations, and no middle generation"). The youngest
+generation is collected as before (a cycle made and dropped within a few hundred allocations is freed there); a
+cycle that outlives one waits for the processor's full collection. Measured, the processor's own work makes none
+(the shard path: 10 unreachable objects in 20,000 commands, all from start-up); `bench/processor.py`'s were the
+schema parser's closures, a few per schema registered. Memory left to old cycles is bounded by what the process
+makes in `BUSY_EVERY_S`.
 
 Two earlier versions collected inside S4's window (3,000 one-second timers), twice a run, 300-456 ms each: one once
 the last collection was a minute old, the other at any empty poll. A deadline about to fall due now keeps a moment
@@ -40,24 +49,26 @@ log = logging.getLogger("ostinato.processor")
 IDLE_EVERY_S = 30.0
 IDLE_ROOM_S = 2.0  # a collection of a large heap took up to 0.64 s of wall time on a loaded machine
 BUSY_EVERY_S = 600.0
-YOUNG_BEFORE_FULL = 10  # generation 1 collections since the last full one (CPython's default third threshold)
-# The interpreter's third threshold while a processor runs: its automatic full collections wait for this many young
-# (generation 1) collections, which is never in practice (one comes every ~7,000 net allocations by default).
+# Youngest-generation collections since the last full one: CPython's default thresholds run a middle collection
+# every 10 young ones and a full one every 10 middle ones.
+YOUNG_BEFORE_FULL = 100
+# The interpreter's second and third thresholds while a processor runs: its automatic middle and full collections
+# wait for this many younger ones, which is never in practice (a young one comes every ~700 net allocations).
 AUTOMATIC_OFF = 1_000_000_000
 
 _lock = threading.Lock()
-_holders = 0  # processors of this process running with the automatic full collections off
+_holders = 0  # processors of this process running with the automatic middle and full collections off
 _saved: tuple[int, int, int] | None = None
 
 
 def take_over() -> None:
-    """Turn off the interpreter's automatic full collections (young generations unchanged) while a processor
-    runs; `give_back` when it stops."""
+    """Turn off the interpreter's automatic middle and full collections (the youngest generation's unchanged)
+    while a processor runs; `give_back` when it stops."""
     global _holders, _saved
     with _lock:
         if _holders == 0:
             _saved = gc.get_threshold()
-            gc.set_threshold(_saved[0], _saved[1], AUTOMATIC_OFF)
+            gc.set_threshold(_saved[0], AUTOMATIC_OFF, AUTOMATIC_OFF)
         _holders += 1
 
 
@@ -75,7 +86,7 @@ class Collector:
 
     def __init__(self, seconds: Histogram | None = None, *, clock: Callable[[], float] = time.monotonic,
                  collect: Callable[[], object] = lambda: gc.collect(2),
-                 young: Callable[[], int] = lambda: gc.get_count()[2]) -> None:
+                 young: Callable[[], int] = lambda: gc.get_count()[1]) -> None:
         self._seconds, self._clock, self._collect, self._young = seconds, clock, collect, young
         self._last = clock()
 
