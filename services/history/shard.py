@@ -11,8 +11,10 @@ silently waiting for what the command would have recorded.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -145,6 +147,17 @@ class _Pending:
         self.events.clear()
 
 
+@dataclass
+class _Moments:
+    """The deadlines of the open and the sealed batch (`Shard._moments`)."""
+
+    overlay: dict[bytes, bytes | None]  # key -> b"" added, None removed; the open batch's over the sealed one's
+    added: list[tuple[int, bytes]]  # (fire time, key) of those added, in order
+
+
+_FIRE_AT = operator.itemgetter(0)  # of a `_Moments.added` entry
+
+
 class Shard:
     """The owner's view of one shard: committed store, the sealed batch whose commit is in flight (if any), and the
     open batch's overlay on top."""
@@ -174,6 +187,7 @@ class Shard:
         self._cache_size = cache_size
         self._outbox = _ShardOutbox(self)
         self._timers = TimerIndex(lambda start: (k for k, _ in store.scan(Family.TIMERS, start=start)))
+        self._moments_cache: _Moments | None = None  # `_moments`: dropped whenever the overlays' deadlines change
 
     # -- reading through the overlay ------------------------------------------------------------------------------
 
@@ -321,6 +335,8 @@ class Shard:
 
     def _merge(self) -> None:
         p = self._pending
+        if p.writes[Family.TIMERS]:
+            self._moments_cache = None
         for family, items in p.writes.items():
             self.writes[family].update(items)
         for key in p.writes[Family.STATE]:
@@ -336,24 +352,40 @@ class Shard:
     def due_timers(self, now_ms: int, limit: int) -> list[bytes]:
         """Keys of deadlines due by `now_ms`, oldest first: the store's, minus those the batch removed, plus those
         it added."""
-        overlay = self._timer_overlay()
+        moments = self._moments()
+        overlay = moments.overlay
         due: list[bytes] = []
         for key in self._timers.walk():
             if fire_at_of(key) > now_ms or len(due) >= limit:
                 break
             if overlay.get(key, b"") is not None:
                 due.append(key)
-        due.extend(k for k, v in overlay.items() if v is not None and fire_at_of(k) <= now_ms and k not in due)
+        added = moments.added[:bisect.bisect_right(moments.added, now_ms, key=_FIRE_AT)]
+        if added:
+            found = set(due)
+            due.extend(k for _, k in added if k not in found)
         return sorted(due)[:limit]
 
     def next_timer_ms(self, after_ms: int = -1) -> int | None:
         """The earliest deadline in the index (store and batch) later than `after_ms` (by default, any)."""
-        overlay = self._timer_overlay()
+        moments = self._moments()
+        overlay = moments.overlay
         first = next((fire_at_of(k) for k in self._timers.walk(timers_from(after_ms + 1))
                       if overlay.get(k, b"") is not None), None)
-        added = [at for k, v in overlay.items() if v is not None and (at := fire_at_of(k)) > after_ms]
-        candidates = [t for t in (first, *added) if t is not None]
+        i = bisect.bisect_right(moments.added, after_ms, key=_FIRE_AT)
+        added = moments.added[i][0] if i < len(moments.added) else None
+        candidates = [t for t in (first, added) if t is not None]
         return min(candidates) if candidates else None
+
+    def _moments(self) -> _Moments:
+        """The overlays' deadlines, kept until they change: the processor looks for due and next deadlines several
+        times a transaction (every 5 ms while a commit is in flight), and each look merged and parsed them all."""
+        moments = self._moments_cache
+        if moments is None:
+            overlay = self._timer_overlay()
+            added = sorted((fire_at_of(k), k) for k, v in overlay.items() if v is not None)
+            moments = self._moments_cache = _Moments(overlay, added)
+        return moments
 
     def _timer_overlay(self) -> dict[bytes, bytes | None]:
         """The deadlines the open and the sealed batch added (b"") and removed (None), the open one's last."""
@@ -367,6 +399,7 @@ class Shard:
         """Process a due deadline as a FireTimer command, inside the batch, so it lands in history once."""
         ns, wf, deadline = parse_timer_key(key)
         self.writes[Family.TIMERS][key] = None  # out of the index whatever happens: a deadline fires once
+        self._moments_cache = None
         self.timers_fired.append(now_ms - deadline.fire_at_ms)
         self._decide(timer_command(ns, wf, deadline, now_ms, TIMER_IDENTITY), offset, now_ms)
 
@@ -452,6 +485,7 @@ class Shard:
         writes[Family.META].update(checkpoint)
         self.store.write(writes)
         self._timers.apply(writes[Family.TIMERS])
+        self._moments_cache = None
         for key, workflow in sealed.working.items():
             # The open batch loaded its own copy of a workflow it touched (from the overlays): the sealed object is
             # older than that batch's writes, so it is not cached; the open batch's copy is, when it lands.
@@ -482,6 +516,7 @@ class Shard:
         self._written_runs = {}
         self._loaded = set()
         self._pending = _Pending()
+        self._moments_cache = None
 
 
 class _ShardOutbox:
