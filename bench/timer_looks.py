@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from bench.shard import TASK_PARTITIONS, encoded_commands
+from bench.timer_index import per_call_us
 from ostinato.services.history.shard import Shard, Topology
 from ostinato.services.history.store import open_rocks
 from ostinato.streams.engine import DEFAULT_CONFIG
@@ -36,12 +37,8 @@ def per_look_us(armed: int, looks: int) -> tuple[float, int]:
                 if offset == armed // 2:
                     shard.seal()  # its commit in flight: the rest is decided above it
                 shard.process(value, offset, now)
-            started = time.perf_counter()
-            for _ in range(looks):
-                shard.due_timers(now, 500)
-                shard.next_timer_ms(now)
-            spent = time.perf_counter() - started
-            return spent / looks * 1e6, len(shard.due_timers(now + LATER_MS, armed + 1))
+            us = per_call_us(lambda: (shard.due_timers(now, 500), shard.next_timer_ms(now)), looks)
+            return us, len(shard.due_timers(now + LATER_MS, armed + 1))
         finally:
             store.close()
 

@@ -66,6 +66,11 @@ def complete_command(task: Record, *commands: tuple[str, Record], request_id: st
         workflow_id=task["workflow_id"], run_id=task["run_id"], request_id=request_id)
 
 
+def start_timer(timeout_ms: int, timer_id: str = "nap") -> tuple[str, Record]:
+    """A StartTimer command for `complete_command`."""
+    return ("StartTimerCommand", {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms})
+
+
 def signal_command(workflow_id: str, name: str, request_id: str = "", **envelope: Any) -> bytes:
     return command("SignalWorkflowExecution", {"signal_name": name}, workflow_id=workflow_id,
                    request_id=request_id or f"signal-{name}", **envelope)

@@ -20,6 +20,7 @@ from tests.unit.shard_support import (
     family,
     signal_command,
     start_command,
+    start_timer,
     topology,
     workflow_on,
     workflow_tasks,
@@ -27,7 +28,7 @@ from tests.unit.shard_support import (
 
 S, HOME = 3, 1
 IDS = [workflow_on(HOME, S, "pipe", skip=i) for i in range(3)]
-TIMER = ("StartTimerCommand", {"timer_id": "nap", "start_to_fire_timeout_ms": 1_000})
+TIMER = start_timer(1_000)
 CONFIG = Config()
 
 # A step of a script: a command to decide, or a look at the clock that fires what is due (the processor's `_fire`).

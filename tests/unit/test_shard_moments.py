@@ -16,6 +16,7 @@ from tests.unit.shard_support import (
     complete_command,
     signal_command,
     start_command,
+    start_timer,
     topology,
     workflow_on,
     workflow_tasks,
@@ -23,7 +24,7 @@ from tests.unit.shard_support import (
 
 S, HOME = 3, 1
 IDS = [workflow_on(HOME, S, "moments", skip=i) for i in range(3)]
-TIMER = ("StartTimerCommand", {"timer_id": "nap", "start_to_fire_timeout_ms": 1_000})
+TIMER = start_timer(1_000)
 LIMIT = 10_000  # no cut: every due deadline is answered
 KINDS = ["start", "signal", "complete", "fire", "seal", "land", "reset"]
 
