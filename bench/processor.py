@@ -217,7 +217,8 @@ def report(s: Stats, args: argparse.Namespace, startup: float, committed: bool) 
     def ms(phase: str) -> str:
         return " / ".join(f"{pct(s.spent.get(phase, []), p) * 1000:.1f}" for p in (50, 95, 99))
 
-    print(f"\nprocessor, mix {args.mix}, codec {args.codec}, {args.shards} shards, max batch {args.max_batch}, "
+    print(f"\nprocessor, mix {args.mix}, codec {args.codec}, {args.shards} shards, max batch {args.max_batch} "
+          f"({proc_options_cap(args)} while a commit is in flight), "
           f"{'commits in series' if args.serial else 'pipelined commits'}, Python "
           f"{platform.python_version()}{' (under cProfile)' if args.profile else ''}\n")
     rows = [
@@ -257,6 +258,8 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, help="workflows --mix signal signals (default 1,000; 100 quick)")
     for flag, default in (("--shards", 4), ("--max-batch", ProcessorOptions.max_batch), ("--timeout", 600)):
         parser.add_argument(flag, type=int, default=default)
+    parser.add_argument("--max-batch-in-flight", type=int, default=None, metavar="N", help="commands a batch may "
+                        "take while the last one commits (default: the processor's, 4 x max batch)")
     parser.add_argument("--profile", action="store_true", help="cProfile the processor thread")
     parser.add_argument("--profile-out", default="", metavar="FILE", help="with --profile: also write the whole "
                         "profile here (pstats format), e.g. to compare two batch sizes function by function")
@@ -285,6 +288,11 @@ def main() -> None:
         print(json.dumps({"commands_per_s": round(figure, 1)}), flush=True)
 
 
+def proc_options_cap(args: argparse.Namespace) -> int:
+    return ProcessorOptions(data_dir=Path(), max_batch=args.max_batch,
+                            max_batch_in_flight=args.max_batch_in_flight).in_flight_cap
+
+
 def run(bootstrap: str, args: argparse.Namespace, tmp: Path) -> float:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     settings = init_cluster(bootstrap, prefix, args.shards).settings
@@ -296,7 +304,8 @@ def run(bootstrap: str, args: argparse.Namespace, tmp: Path) -> float:
     print(f"pre-loaded {len(commands):,} commands ({warmup:,} warm-up) into {prefix} in "
           f"{time.perf_counter() - started:.1f} s", flush=True)
     proc = TimedProcessor(bootstrap, settings, ProcessorOptions(data_dir=tmp / "processor", max_batch=args.max_batch,
-                                                                   pipeline=not args.serial),
+                                                                   pipeline=not args.serial,
+                                                                   max_batch_in_flight=args.max_batch_in_flight),
                           CollectorRegistry())
     proc.stats, proc.finished = Stats(total=len(commands), warmup=warmup), threading.Event()
     watcher = threading.Thread(target=monitor, args=(proc, len(commands), args.timeout), daemon=True)

@@ -1,5 +1,7 @@
 """A busy processor's transactions linger (`ProcessorOptions.linger_ms`): after a large one, the next takes the
 commands that arrive until `linger_ms` after its begin, firing what falls due meanwhile; a lone step never waits.
+While the last transaction's commit is in flight, the open batch takes what arrives up to `in_flight_cap`, not
+`max_batch`.
 
 Stand-in consumer, shard and clock, as in `test_batch_cut.py`: no broker is involved in the rule itself.
 """
@@ -7,6 +9,7 @@ Stand-in consumer, shard and clock, as in `test_batch_cut.py`: no broker is invo
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -17,7 +20,14 @@ from confluent_kafka import Consumer, Message
 from ostinato.services.admin.cluster import ClusterSettings
 from ostinato.services.history import processor as processor_module
 from ostinato.services.history.changelog import fire_at_of, timer_key
-from ostinato.services.history.processor import LINGER_MIN_DECISIONS, Processor, ProcessorOptions, linger_until
+from ostinato.services.history.processor import (
+    IN_FLIGHT_BATCHES,
+    LINGER_MIN_DECISIONS,
+    Flight,
+    Processor,
+    ProcessorOptions,
+    linger_until,
+)
 from ostinato.services.history.shard import Shard
 from ostinato.streams.deadlines import Deadline
 
@@ -138,3 +148,28 @@ def test_no_linger_once_its_time_has_passed_or_the_batch_is_full(proc: tuple[Pro
     processor.options.max_batch = 3
     assert processor._decide_lingering(NOW, NOW, set(), 3)[0] == 0  # the batch took its room already
     assert arrivals.timeouts == []
+
+
+def test_while_a_commit_is_in_flight_the_open_batch_grows_past_max_batch_up_to_its_cap(
+        proc: tuple[Processor, Clock]) -> None:
+    """The batch took its `max_batch` (3) before the flight; the commit does not return: the thread decides what
+    arrives (one command a look) up to the cap (5), then stops, instead of idling at 3."""
+    processor, clock = proc
+    processor.shards = cast(dict[int, Shard], {0: LoggingShard(clock)})
+    arrivals = Arrivals(10)
+    processor.consumer = cast(Consumer, arrivals)
+    processor.options.max_batch, processor.options.max_batch_in_flight = 3, 5
+    never: Future[tuple[float, float, bool]] = Future()
+    processor._flight = Flight(1, {}, 3, 0, 0.0, 0.0, 0.0, 0.0, never)
+    decided, fired, _ = processor._decide_in_flight(NOW, NOW, set(), 3)
+    assert (decided, fired) == (2, 0) and arrivals.left == 8
+    assert processor._flight is not None  # still in flight: the batch stopped at its cap, not at the commit
+    # With no flight the same batch lingers no further than max_batch.
+    processor._flight, processor._linger_until = None, time.perf_counter() + 10
+    assert processor._decide_lingering(NOW, NOW, set(), 3)[0] == 0
+
+
+def test_the_in_flight_cap_defaults_to_a_multiple_of_max_batch_and_is_never_below_it(tmp_path: Path) -> None:
+    assert ProcessorOptions(data_dir=tmp_path, max_batch=50).in_flight_cap == IN_FLIGHT_BATCHES * 50
+    assert ProcessorOptions(data_dir=tmp_path, max_batch=50, max_batch_in_flight=120).in_flight_cap == 120
+    assert ProcessorOptions(data_dir=tmp_path, max_batch=50, max_batch_in_flight=10).in_flight_cap == 50
