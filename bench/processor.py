@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import cProfile
 import json
+import operator
 import os
 import platform
 import pstats
@@ -46,6 +47,7 @@ QUEUE, NS = "bench", "default"
 TRANSACTION, PRODUCE = "loop step", "produce (hand to librdkafka)"
 SEND_OFFSETS, COMMIT, STORE = "send offsets (round trip)", "commit (round trip)", "store write (RocksDB)"
 LAND = "land the batch in flight"
+KEY, VALUE = operator.attrgetter("key"), operator.attrgetter("value")
 PAYLOAD = {"metadata": {"encoding": b"json/plain"}, "data": b'{"order": "A-1", "amount": 1999, "currency": "EUR"}'}
 
 
@@ -120,12 +122,15 @@ class TimedProcessor(Processor):
             return super()._land(now, touched, floor)
 
     def _produce_batch(self, sealed: dict[int, Sealed]) -> None:
-        outputs = [o for batch in sealed.values() for o in batch.outputs]
         with self.stats.timed(PRODUCE):
             super()._produce_batch(sealed)
-        if self.stats.measuring:
-            self.stats.counts["records"] += len(outputs) + len(self._announce)
-            self.stats.counts["bytes"] += sum(len(o.key) + len(o.value or b"") for o in outputs)
+        if self.stats.measuring:  # counted in C (map, filter): a Python loop here cost the thread 1% of its window
+            for batch in sealed.values():
+                outputs = batch.outputs
+                self.stats.counts["records"] += len(outputs)
+                self.stats.counts["bytes"] += (sum(map(len, filter(None, map(KEY, outputs))))
+                                               + sum(map(len, filter(None, map(VALUE, outputs)))))
+            self.stats.counts["records"] += len(self._announce)
 
     def _after_commit(self, flight: Flight) -> None:
         s = self.stats
