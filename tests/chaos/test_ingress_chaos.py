@@ -64,25 +64,33 @@ mappings:
     return path
 
 
-def _produce(kafka: KafkaCluster, orders: str, events: str, count: int) -> tuple[int, int]:
-    """`count` order records (every BAD_EVERY-th one not JSON) and `count` account events, keyed by account, with
-    per-account sequence numbers; returns (good orders, bad orders)."""
-    admin = admin_client(kafka.bootstrap)
-    for future in admin.create_topics([NewTopic(t, SOURCE_PARTITIONS, 1) for t in (orders, events)]).values():
-        future.result(30)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    bad = 0
-    for n in range(count):
-        if n % BAD_EVERY == BAD_EVERY - 1:
-            producer.produce(orders, b"{not json", str(n).encode())
-            bad += 1
-        else:
-            producer.produce(orders, json.dumps({"n": n}).encode(), str(n).encode())
-        producer.produce(events, json.dumps({"seq": n // ACCOUNTS}).encode(), str(n % ACCOUNTS).encode())
-        if n % 1000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
-    return count - bad, bad
+class _Source:
+    """The shop's two source topics and a producer that writes their records in order, a chunk at a time, while
+    the test kills and restarts the server: the records keep coming as they would from a live shop."""
+
+    def __init__(self, kafka: KafkaCluster, orders: str, events: str, count: int) -> None:
+        admin = admin_client(kafka.bootstrap)
+        for future in admin.create_topics([NewTopic(t, SOURCE_PARTITIONS, 1) for t in (orders, events)]).values():
+            future.result(30)
+        self.orders, self.events, self.count = orders, events, count
+        self.produced = 0
+        self.producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True, "linger.ms": 1})
+
+    def produce(self, upto: int) -> None:
+        """Order records (every BAD_EVERY-th one not JSON) and account events, keyed by account, with per-account
+        sequence numbers, up to record `upto`, acknowledged when this returns."""
+        for n in range(self.produced, min(upto, self.count)):
+            if n % BAD_EVERY == BAD_EVERY - 1:
+                self.producer.produce(self.orders, b"{not json", str(n).encode())
+            else:
+                self.producer.produce(self.orders, json.dumps({"n": n}).encode(), str(n).encode())
+            self.producer.produce(self.events, json.dumps({"seq": n // ACCOUNTS}).encode(), str(n % ACCOUNTS).encode())
+        assert self.producer.flush(60) == 0
+        self.produced = max(self.produced, min(upto, self.count))
+
+    @property
+    def bad(self) -> int:
+        return self.count // BAD_EVERY
 
 
 def _taken(kafka: KafkaCluster, group: str, topic: str) -> tuple[int, int]:
@@ -99,30 +107,42 @@ def _taken(kafka: KafkaCluster, group: str, topic: str) -> tuple[int, int]:
 
 def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
     init_cluster(kafka.bootstrap, prefix, shards=SHARDS)
-    orders, events = f"{prefix}-shop-orders", f"{prefix}-shop-events"
-    good, bad = _produce(kafka, orders, events, count)
+    source = _Source(kafka, f"{prefix}-shop-orders", f"{prefix}-shop-events", count)
+    orders, events = source.orders, source.events
+    good, bad = count - source.bad, source.bad
     completed = f"{prefix}-orders-completed"
     config = _config(tmp_path / "ingress.yaml", orders, events, completed)
     server = ServerProcess(kafka.bootstrap, prefix, tmp_path / "data", tmp_path / "server.log",
                            extra_args=("--ingress", str(config))).start()
     group = f"{prefix}-ingress-orders"
-    kills = 0
+    left_behind: list[tuple[int, int]] = []
     try:
         with TestWorker(kafka.bootstrap, prefix, SHARDS, QUEUE):
-            # Three SIGKILLs while the records are being taken: at a fifth, two fifths and three fifths. Each
-            # restarted ingress must get going before Kafka's default session (45 s) would have let its dead
-            # incarnation go: the groups' session is the brokers' minimum (`group_session_timeout_ms`). With 45 s
-            # each stretch after a kill took ~45 s (the test 152 s); with it the whole test takes ~30 s.
-            for share in (0.2, 0.4, 0.6):
+            # Three SIGKILLs while records arrive: the records come a chunk at a time, and each incarnation is
+            # killed right after a chunk, once it has taken some of them and a quarter more of the records are
+            # out; the next chunk is written while the server is down. Records arrive faster than a restart, so
+            # whatever the ingress's speed each kill leaves records behind (in an open transaction or not yet
+            # fetched) for the next incarnation. Each restarted ingress must get going before Kafka's default
+            # session (45 s) would have let its dead incarnation go: the groups' session is the brokers' minimum
+            # (`group_session_timeout_ms`).
+            chunk = max(1, count // 80)
+            taken_at_start = 0
+            for quarter in (1, 2, 3):
                 deadline = time.monotonic() + 40
-                while (taken := _taken(kafka, group, orders))[0] < share * taken[1]:
+                while source.produced < quarter * count // 4 or _taken(kafka, group, orders)[0] <= taken_at_start:
                     server.check_alive()
-                    assert time.monotonic() < deadline, f"ingress stalled at {taken}: {server.tail()}"
-                    time.sleep(0.05)
-                assert taken[0] < taken[1], "the ingress took every record before the kill: make the run longer"
+                    assert time.monotonic() < deadline, f"ingress stalled at {_taken(kafka, group, orders)}: " \
+                                                        f"{server.tail()}"
+                    source.produce(source.produced + chunk)
+                    time.sleep(0.02)
                 server.kill()
-                kills += 1
+                taken_at_start, on_topic = _taken(kafka, group, orders)
+                left_behind.append((taken_at_start, on_topic))
+                source.produce(source.produced + chunk)
                 server.start()
+            while source.produced < count:
+                source.produce(source.produced + chunk)
+                time.sleep(0.02)
             deadline = time.monotonic() + 300
             while any(a < b for a, b in (_taken(kafka, group, orders),
                                          _taken(kafka, f"{prefix}-ingress-accounts", events))):
@@ -140,7 +160,9 @@ def _run(kafka: KafkaCluster, prefix: str, tmp_path: Path, count: int) -> None:
             assert re.search(r'^ostinato_outcomes_records_total\{stream="completed"\} [1-9]', metrics, re.M)
     finally:
         server.stop()
-    assert kills == 3
+    assert len(left_behind) == 3
+    assert all(taken < on_topic for taken, on_topic in left_behind), \
+        f"a kill found every record taken (taken, on the topic): {left_behind}"
 
     # The commands topic: each source record made exactly one command.
     commands = [codec.decode(m.value())[1] for m in read_committed(kafka.bootstrap, topic_name(prefix, Topic.COMMANDS))]
