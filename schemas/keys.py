@@ -8,6 +8,7 @@ __all__ = [
     "EVENT_ID_WIDTH",
     "activity_task_key",
     "history_key",
+    "history_key_in",
     "join_key",
     "run_key",
     "shard_for",
@@ -89,6 +90,18 @@ def history_key(namespace: str, workflow_id: str, run_id: str, event_id: int) ->
     if not 0 <= event_id <= _MAX_EVENT_ID:
         raise ValueError(f"event_id must be in [0, 2**63 - 1], not {event_id}")
     return join_key(namespace, workflow_id, run_id, f"{event_id:0{EVENT_ID_WIDTH}d}")
+
+
+def history_key_in(run: str, event_id: int) -> str:
+    """`history_key` below a `run_key` already made: a step writing several events of a run escapes its
+    components once.
+
+    Raises:
+        ValueError: as `history_key`.
+    """
+    if not 0 <= event_id <= _MAX_EVENT_ID:
+        raise ValueError(f"event_id must be in [0, 2**63 - 1], not {event_id}")
+    return f"{run}/{event_id:0{EVENT_ID_WIDTH}d}"
 
 
 def activity_task_key(namespace: str, workflow_id: str, activity_id: str) -> str:

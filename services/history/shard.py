@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ostinato.schemas import codec, partition_for, wire
-from ostinato.schemas.keys import activity_task_key, history_key, run_key, split_key, workflow_key
+from ostinato.schemas.keys import activity_task_key, history_key, history_key_in, run_key, workflow_key
 from ostinato.schemas.partitioner import murmur2
 from ostinato.schemas.topics import (
     MAX_RECORD_BYTES,
@@ -137,6 +137,7 @@ class _Pending:
     writes: WriteSet = field(default_factory=empty_writes)
     outputs: list[Output] = field(default_factory=list)
     events: dict[bytes, Record] = field(default_factory=dict)  # history key -> event, for tasks built in the batch
+    runs: list[tuple[tuple[str, str], bytes]] = field(default_factory=list)  # ((ns, wf), state key) of runs written
 
     def clear(self) -> None:
         """Empty again, for the next command: cheaper than a new one (a dict per changelog family)."""
@@ -145,6 +146,7 @@ class _Pending:
                 items.clear()
         self.outputs.clear()
         self.events.clear()
+        self.runs.clear()
 
 
 @dataclass
@@ -220,7 +222,7 @@ class Shard:
         if pointer is not None:
             workflow.current = decode_current(pointer)
         prefix = (workflow_key(ns, wf) + "/").encode()
-        keys = {k for k, _ in self.store.scan(Family.STATE, prefix=prefix)}
+        keys = set(self.store.keys(Family.STATE, prefix))
         keys.update(self._written_runs.get(key, ()))
         if self._sealed is not None:
             keys.update(self._sealed.written_runs.get(key, ()))
@@ -337,12 +339,12 @@ class Shard:
         p = self._pending
         if p.writes[Family.TIMERS]:
             self._moments_cache = None
+        writes = self.writes
         for family, items in p.writes.items():
-            self.writes[family].update(items)
-        for key in p.writes[Family.STATE]:
-            ns, wf, *run = split_key(key.decode())
-            if run:
-                self._written_runs.setdefault((ns, wf), set()).add(key)
+            if items:
+                writes[family].update(items)
+        for workflow, key in p.runs:
+            self._written_runs.setdefault(workflow, set()).add(key)
         self.outputs.extend(p.outputs)
         self._events.update(p.events)
         p.clear()
@@ -413,32 +415,44 @@ class Shard:
 
     def _write_step(self, workflow: Workflow, events: list[tuple[str, Record]], changed_runs: list[str],
                     pointer_changed: bool) -> None:
+        # The hot path of every step (a few records a command): keys are made once per run, and records go to the
+        # outputs directly rather than through `_out`, with the same size check.
         ns, wf = workflow.namespace, workflow.workflow_id
         p = self._pending
+        outputs, index = p.outputs, self.index
+        history_writes, pending_events = p.writes[Family.HISTORY], p.events
         history = self.topology.topic(Topic.HISTORY)
-        grown: dict[str, int] = {}  # run id -> bytes of history this step adds: one size read and write per run
+        runs: dict[str, tuple[str, int]] = {}  # run id -> (its key, bytes of history this step adds)
         for run_id, event in events:
-            key = history_key(ns, wf, run_id, event["event_id"]).encode()
+            found = runs.get(run_id)
+            run = run_key(ns, wf, run_id) if found is None else found[0]
+            key = history_key_in(run, event["event_id"]).encode()
             data = codec.encode(wire.HISTORY_EVENT, event)
-            self._out(history, self.index, key, data)
-            p.writes[Family.HISTORY][key] = data
-            p.events[key] = codec.spliceable(wire.HISTORY_EVENT, event, data)  # a task built from it copies `data`
-            grown[run_id] = grown.get(run_id, 0) + len(data)
-        for run_id, added in grown.items():
-            size_key = run_key(ns, wf, run_id).encode()
-            p.writes[Family.SIZES][size_key] = pack_int(unpack_int(self.get(Family.SIZES, size_key)) + added)
+            if len(data) > MAX_RECORD_BYTES:
+                raise RecordTooLarge(history, len(data), MAX_RECORD_BYTES)
+            outputs.append(Output(history, index, key, data))
+            history_writes[key] = data
+            pending_events[key] = codec.spliceable(wire.HISTORY_EVENT, event, data)  # a task copies `data`
+            runs[run_id] = (run, len(data) if found is None else found[1] + len(data))
+        sizes = p.writes[Family.SIZES]
+        for run, added in runs.values():  # one size read and write per run
+            size_key = run.encode()
+            sizes[size_key] = pack_int(unpack_int(self.get(Family.SIZES, size_key)) + added)
         state = self.topology.topic(Topic.STATE)
+        state_writes = p.writes[Family.STATE]
         for run_id in changed_runs:
-            run = workflow.runs.get(run_id)
-            key = run_key(ns, wf, run_id).encode()
-            value = None if run is None else encode_run(run)
-            self._out(state, self.index, key, value)
-            p.writes[Family.STATE][key] = value
+            run_state = workflow.runs.get(run_id)
+            found = runs.get(run_id)
+            key = (run_key(ns, wf, run_id) if found is None else found[0]).encode()
+            value = None if run_state is None else encode_run(run_state)
+            self._out(state, index, key, value)
+            state_writes[key] = value
+            p.runs.append(((ns, wf), key))
         if pointer_changed:
             key = workflow_key(ns, wf).encode()
             value = None if workflow.current is None else encode_current(workflow.current)
-            self._out(state, self.index, key, value)
-            p.writes[Family.STATE][key] = value
+            self._out(state, index, key, value)
+            state_writes[key] = value
 
     def _reply(self, partition: int, request_id: str, reply: Record) -> None:
         t = self.topology

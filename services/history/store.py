@@ -70,6 +70,10 @@ class ShardStore(Protocol):
         """Keys from `start` on, in byte order, while they begin with `prefix`."""
         ...
 
+    def keys(self, family: Family, prefix: bytes) -> list[bytes]:
+        """Every key that begins with `prefix`, in byte order: a short scan read at once (a workflow's runs)."""
+        ...
+
     def write(self, writes: Writes) -> None:
         """Apply every write atomically (meta checkpoint included)."""
         ...
@@ -103,6 +107,9 @@ class MemoryStore:
             value = data.get(key)
             if value is not None:
                 yield key, value
+
+    def keys(self, family: Family, prefix: bytes) -> list[bytes]:
+        return [key for key, _ in self.scan(family, prefix=prefix)]
 
     def write(self, writes: Writes) -> None:
         self._check_open()
@@ -201,6 +208,24 @@ class RocksStore:
                 cursor.items = None
                 return
             yield item
+
+    def keys(self, family: Family, prefix: bytes) -> list[bytes]:
+        # The processor looks for a workflow's runs whenever it loads one that is not cached (every new workflow):
+        # read in one step under the guard, with no cursor to register, it costs half of `scan`'s (1.5 against
+        # 2.9 µs when there is none).
+        found: list[bytes] = []
+        with self._guard:
+            self._check_open()
+            cursor = self._families[family].iter()
+            cursor.seek(prefix)
+            while cursor.valid():
+                key = cursor.key()
+                if not key.startswith(prefix):
+                    break
+                found.append(key)
+                cursor.next()
+            del cursor  # a live iterator holds the database open: gone before the guard is released
+        return found
 
     def write(self, writes: Writes) -> None:
         self._check_open()  # only the processor thread writes, and it is the one that closes

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ostinato.schemas.keys import (
     activity_task_key,
     history_key,
+    history_key_in,
     join_key,
     run_key,
     shard_for,
@@ -86,6 +87,13 @@ def test_history_keys_sort_in_event_order(event_ids: list[int]) -> None:
 def test_history_key_refuses_ids_that_break_the_width(event_id: int) -> None:
     with pytest.raises(ValueError, match="event_id"):
         history_key("default", "order-1", "run", event_id)
+    with pytest.raises(ValueError, match="event_id"):
+        history_key_in(run_key("default", "order-1", "run"), event_id)
+
+
+@given(st.text(), st.text(), st.text(), st.integers(min_value=0, max_value=2**63 - 1))
+def test_a_history_key_below_a_run_key_is_the_history_key(ns: str, wf: str, run_id: str, event_id: int) -> None:
+    assert history_key_in(run_key(ns, wf, run_id), event_id) == history_key(ns, wf, run_id, event_id)
 
 
 def test_shard_for_matches_the_java_vectors() -> None:

@@ -95,6 +95,18 @@ def test_scan_leaves_out_deleted_keys(store: ShardStore) -> None:
     assert list(store.scan(Family.STATE, prefix=b"a/")) == [(b"a/", b"v"), (b"a/1", b"back"), (b"a/2", b"v")]
 
 
+def test_keys_under_a_prefix_are_those_the_scan_finds(store: ShardStore) -> None:
+    store.write({Family.STATE: dict.fromkeys(KEYS, b"v")})
+    store.write({Family.STATE: {b"a/1": None}})
+    for prefix in (b"a/", b"a", b"\xff", b"c", b"", b"a/2", b"a/3"):
+        assert store.keys(Family.STATE, prefix) == keys(store.scan(Family.STATE, prefix=prefix)), prefix
+    assert store.keys(Family.STATE, b"a/") == [b"a/", b"a/2"]
+    assert store.keys(Family.HISTORY, b"a/") == []  # families are separate
+    store.close()
+    with pytest.raises(StoreClosed):
+        store.keys(Family.STATE, b"a/")
+
+
 def test_big_endian_keys_scan_in_numeric_order(store: ShardStore) -> None:
     times = [0, 1, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 1_704_067_200_000]
     store.write({Family.TIMERS: {pack_int(t): b"" for t in reversed(times)}})
