@@ -367,7 +367,9 @@ class SchemaRegistry:
                 self._sources[name.lstrip(".")] = item
         self._by_name: dict[str, SchemaInfo] = {}
         self._writers: dict[bytes, SchemaInfo] = {}
-        self._compiled: dict[str, Writer | None] = {}  # compiled on first use: start-up pays for none of them
+        # Compiled writers on first use (start-up pays for none of them), each with its record's header (magic and
+        # fingerprint), so a write looks up one entry.
+        self._compiled: dict[str, tuple[Writer | None, bytes]] = {}
         self._readers: dict[bytes, Reader | None] = {}  # by fingerprint: only for the current schemas
         self.crosscheck = False  # `settings_from_environment`: tests write every record both ways
         self.native = native_available()  # the compiled writers run on the C engine (`native_writer.py`)
@@ -420,7 +422,7 @@ class SchemaRegistry:
         for type_name in type_names:
             info = self.schema(type_name)
             if type_name not in self._compiled:
-                self._compiled[type_name] = self._compile_writer(info.parsed)
+                self._compiled[type_name] = (self._compile_writer(info.parsed), MAGIC + info.fingerprint)
             if info.fingerprint not in self._readers:
                 self._readers[info.fingerprint] = self._compile_reader(info.parsed)
 
@@ -451,23 +453,23 @@ class SchemaRegistry:
         silently dropped or zeroed; so is an untagged union of records, and an int or long that is out of its
         type's range, a bool or a float (the message names the field's path).
         """
-        info = self.schema(type_name)
         try:
-            writer = self._compiled[type_name]
+            writer, header = self._compiled[type_name]
         except KeyError:
-            writer = self._compiled[type_name] = self._compile_writer(info.parsed)
+            info = self.schema(type_name)
+            writer, header = self._compiled[type_name] = (self._compile_writer(info.parsed),
+                                                          MAGIC + info.fingerprint)
         if writer is not None and self.fast_paths:
-            out_fast = bytearray(MAGIC)
-            out_fast += info.fingerprint
+            out_fast = bytearray(header)
             try:
                 writer(record, out_fast)
             except Exception:  # noqa: BLE001 - not vouched for: the careful path below decides and explains
                 pass
             else:
                 if self.crosscheck:
-                    self._crosscheck_equal(type_name, info, record, out_fast)
+                    self._crosscheck_equal(type_name, self.schema(type_name), record, out_fast)
                 return bytes(out_fast)
-        return self._encode_carefully(type_name, info, record)
+        return self._encode_carefully(type_name, self.schema(type_name), record)
 
     def _crosscheck_equal(self, type_name: str, info: SchemaInfo, record: dict[str, Any], fast: bytearray) -> None:
         """Tests run every encode both ways: the compiled writer must write what fastavro writes, and only

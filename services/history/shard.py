@@ -422,22 +422,23 @@ class Shard:
         outputs, index = p.outputs, self.index
         history_writes, pending_events = p.writes[Family.HISTORY], p.events
         history = self.topology.topic(Topic.HISTORY)
-        runs: dict[str, tuple[str, int]] = {}  # run id -> (its key, bytes of history this step adds)
+        runs: dict[str, tuple[str, int, bool]] = {}  # run id -> (its key, bytes of history this step adds, new)
         for run_id, event in events:
             found = runs.get(run_id)
             run = run_key(ns, wf, run_id) if found is None else found[0]
-            key = history_key_in(run, event["event_id"]).encode()
+            event_id = event["event_id"]
+            key = history_key_in(run, event_id).encode()
             data = codec.encode(wire.HISTORY_EVENT, event)
             if len(data) > MAX_RECORD_BYTES:
                 raise RecordTooLarge(history, len(data), MAX_RECORD_BYTES)
             outputs.append(Output(history, index, key, data))
             history_writes[key] = data
             pending_events[key] = codec.spliceable(wire.HISTORY_EVENT, event, data)  # a task copies `data`
-            runs[run_id] = (run, len(data) if found is None else found[1] + len(data))
+            runs[run_id] = (run, len(data), event_id == 1) if found is None else (run, found[1] + len(data), found[2])
         sizes = p.writes[Family.SIZES]
-        for run, added in runs.values():  # one size read and write per run
+        for run, added, new in runs.values():  # one size write per run, and a read unless its history starts here
             size_key = run.encode()
-            sizes[size_key] = pack_int(unpack_int(self.get(Family.SIZES, size_key)) + added)
+            sizes[size_key] = pack_int(added if new else unpack_int(self.get(Family.SIZES, size_key)) + added)
         state = self.topology.topic(Topic.STATE)
         state_writes = p.writes[Family.STATE]
         for run_id in changed_runs:
