@@ -87,9 +87,7 @@ def history_key(namespace: str, workflow_id: str, run_id: str, event_id: int) ->
     Raises:
         ValueError: if `event_id` is negative or beyond an Avro long (it would break the fixed width).
     """
-    if not 0 <= event_id <= _MAX_EVENT_ID:
-        raise ValueError(f"event_id must be in [0, 2**63 - 1], not {event_id}")
-    return join_key(namespace, workflow_id, run_id, f"{event_id:0{EVENT_ID_WIDTH}d}")
+    return history_key_in(run_key(namespace, workflow_id, run_id), event_id)
 
 
 def history_key_in(run: str, event_id: int) -> str:
@@ -97,7 +95,7 @@ def history_key_in(run: str, event_id: int) -> str:
     components once.
 
     Raises:
-        ValueError: as `history_key`.
+        ValueError: if `event_id` is negative or beyond an Avro long (it would break the fixed width).
     """
     if not 0 <= event_id <= _MAX_EVENT_ID:
         raise ValueError(f"event_id must be in [0, 2**63 - 1], not {event_id}")

@@ -183,7 +183,7 @@ class Writer:
     # -- the end of a command --------------------------------------------------------------------------------------
 
     def finish(self) -> Step:
-        common = _COMMON or _deciders_common()
+        common = _deciders_common()
         for run_id, attempt in self._lost_transient.items():
             run = self.workflow.runs.get(run_id)
             if run is not None and run.open and run.workflow_task is None:

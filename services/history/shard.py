@@ -415,17 +415,20 @@ class Shard:
 
     def _write_step(self, workflow: Workflow, events: list[tuple[str, Record]], changed_runs: list[str],
                     pointer_changed: bool) -> None:
-        # The hot path of every step (a few records a command): keys are made once per run, and records go to the
-        # outputs directly rather than through `_out`, with the same size check.
+        # The hot path of every step (a few records a command): run keys are made once a step, and history
+        # records go to the outputs directly rather than through `_out`, with the same size check.
         ns, wf = workflow.namespace, workflow.workflow_id
         p = self._pending
         outputs, index = p.outputs, self.index
         history_writes, pending_events = p.writes[Family.HISTORY], p.events
         history = self.topology.topic(Topic.HISTORY)
-        runs: dict[str, tuple[str, int, bool]] = {}  # run id -> (its key, bytes of history this step adds, new)
+        runs: dict[str, str] = {}  # run id -> its run key
+        grown: dict[str, int] = {}  # run id -> bytes of history this step adds: one size write per run
+        started: set[str] = set()  # runs whose history starts in this step: there is no size to read
         for run_id, event in events:
-            found = runs.get(run_id)
-            run = run_key(ns, wf, run_id) if found is None else found[0]
+            run = runs.get(run_id)
+            if run is None:
+                run = runs[run_id] = run_key(ns, wf, run_id)
             event_id = event["event_id"]
             key = history_key_in(run, event_id).encode()
             data = codec.encode(wire.HISTORY_EVENT, event)
@@ -434,17 +437,19 @@ class Shard:
             outputs.append(Output(history, index, key, data))
             history_writes[key] = data
             pending_events[key] = codec.spliceable(wire.HISTORY_EVENT, event, data)  # a task copies `data`
-            runs[run_id] = (run, len(data), event_id == 1) if found is None else (run, found[1] + len(data), found[2])
+            grown[run_id] = grown.get(run_id, 0) + len(data)
+            if event_id == 1:
+                started.add(run_id)
         sizes = p.writes[Family.SIZES]
-        for run, added, new in runs.values():  # one size write per run, and a read unless its history starts here
-            size_key = run.encode()
-            sizes[size_key] = pack_int(added if new else unpack_int(self.get(Family.SIZES, size_key)) + added)
+        for run_id, added in grown.items():
+            size_key = runs[run_id].encode()
+            before = 0 if run_id in started else unpack_int(self.get(Family.SIZES, size_key))
+            sizes[size_key] = pack_int(before + added)
         state = self.topology.topic(Topic.STATE)
         state_writes = p.writes[Family.STATE]
         for run_id in changed_runs:
             run_state = workflow.runs.get(run_id)
-            found = runs.get(run_id)
-            key = (run_key(ns, wf, run_id) if found is None else found[0]).encode()
+            key = (runs.get(run_id) or run_key(ns, wf, run_id)).encode()
             value = None if run_state is None else encode_run(run_state)
             self._out(state, index, key, value)
             state_writes[key] = value

@@ -92,8 +92,10 @@ def test_history_key_refuses_ids_that_break_the_width(event_id: int) -> None:
 
 
 @given(st.text(), st.text(), st.text(), st.integers(min_value=0, max_value=2**63 - 1))
-def test_a_history_key_below_a_run_key_is_the_history_key(ns: str, wf: str, run_id: str, event_id: int) -> None:
-    assert history_key_in(run_key(ns, wf, run_id), event_id) == history_key(ns, wf, run_id, event_id)
+def test_a_history_key_below_a_run_key_splits_into_its_components(ns: str, wf: str, run_id: str,
+                                                                    event_id: int) -> None:
+    key = history_key_in(run_key(ns, wf, run_id), event_id)
+    assert split_key(key) == [ns, wf, run_id, f"{event_id:020d}"]
 
 
 def test_shard_for_matches_the_java_vectors() -> None:
