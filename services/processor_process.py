@@ -116,10 +116,6 @@ def serve(spec: MemberSpec) -> int:
 def main(argv: list[str]) -> None:
     spec = MemberSpec(**json.loads(argv[1]))
     die_with_parent(spec.parent_pid)
-    # A process group of its own in its server's session (`processes.py`): when that session has a terminal, a
-    # background group writing to it (logs) would be stopped under `stty tostop`, and one reading from it too.
-    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-    signal.signal(signal.SIGTTIN, signal.SIG_IGN)
     codec.settings_from_environment(os.environ)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s processor-{spec.index} %(name)s: %(message)s")

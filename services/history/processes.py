@@ -71,14 +71,9 @@ class ProcessorProcesses:
             spec = MemberSpec(bootstrap=self._bootstrap, prefix=self._prefix, data_dir=str(self.options.data_dir),
                               owner_id=owner, read_endpoint=self.options.read_endpoint, socket=self.sockets[owner],
                               archive=self._archive, parent_pid=os.getpid(), index=i)
-            # Their own process group: a Ctrl-C or a group signal reaches the server, which stops them in order
-            # (after `_stopping` is set), instead of each ending on its own and looking like a failure. Not their
-            # own session: Linux gives each session a scheduling group of its own (autogroup, on by default on
-            # desktops and in containers without a cgroup per service), weighted as one process, and a processor
-            # alone in its group waited 150-190 ms at a time for a core under load while it had work (S4: the
-            # timers due meanwhile fired that late; docs/benchmarks.md, "Processors in the server's session").
-            # In their server's session they share its group, as they share its cgroup under systemd or in a pod.
-            child = subprocess.Popen(spec.argv(), process_group=0)
+            # Their own session: a Ctrl-C or a group signal reaches the server, which stops them in order (after
+            # `_stopping` is set), instead of each ending on its own and looking like a failure.
+            child = subprocess.Popen(spec.argv(), start_new_session=True)
             self._children.append(child)
             threading.Thread(target=self._watch, args=(owner, child, on_failure), name=f"ostinato-watch-{i}",
                              daemon=True).start()

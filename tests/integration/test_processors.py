@@ -149,34 +149,3 @@ def test_processor_processes_end_with_the_server_and_take_it_down(kafka: KafkaCl
         assert report.runs == 20
     finally:
         server.stop()
-
-
-def _session_and_group(pid: int) -> tuple[int, int]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[3]), int(fields[2])  # session, process group
-
-
-def test_processor_processes_share_the_servers_session_in_a_group_of_their_own(kafka: KafkaCluster,
-                                                                              topic_prefix: str,
-                                                                              tmp_path: Path) -> None:
-    """Their own process group (a Ctrl-C to the server's group reaches the server alone, which stops them in
-    order), but the server's session: a session of their own put each in a scheduling group of its own under
-    Linux's autogroup, where a processor waited 150-190 ms for a core at a time under load (`processes.py`)."""
-    init_cluster(kafka.bootstrap, topic_prefix, shards=SHARDS)
-    server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
-                           extra_args=("--processors", "2", "--processor-mode", "process")).start()
-    try:
-        server.wait_owning(SHARDS)
-        assert server.proc is not None
-        session, group = _session_and_group(server.proc.pid)
-        children = _children(server.proc.pid)
-        assert len(children) == 2, f"two processor processes expected under the server: {children}"
-        for child in children:
-            assert _session_and_group(child) == (session, child), (child, _session_and_group(child), session, group)
-        assert group not in children
-        server.signal(signal.SIGINT)  # what a Ctrl-C sends the server's group; the processors are not in it
-        assert server.wait_exit(60) == 0, server.tail()
-        assert not any(_alive(c) for c in children), "processor processes outlived their server"
-        assert "exited with status" not in server.tail(200)
-    finally:
-        server.stop()
