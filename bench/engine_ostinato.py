@@ -79,6 +79,7 @@ class OstinatoEngine:
         # transactions) and a third less memory, at the cost of S4's timer lateness (docs/benchmarks.md).
         self.processors = processors or min(shards, len(os.sched_getaffinity(0)))  # the cores this may use
         self._metrics_before: dict[str, float] = {}
+        self._scraped_at = 0.0  # when `_metrics_before` was read (time.monotonic)
         self.result_via, self.sync_start = result_via, sync_start
         self._own_home = home is None
         self.home = home or Path(tempfile.mkdtemp(prefix="ostinato-bench-"))
@@ -105,6 +106,7 @@ class OstinatoEngine:
             await self._start_workers()
         self.phases = Phases()
         self._metrics_before = await self._scrape()
+        self._scraped_at = time.monotonic()
 
     async def _scrape(self) -> dict[str, float]:
         assert self.session is not None
@@ -137,6 +139,12 @@ class OstinatoEngine:
             note += f"; timers fired late by p50/p99 {ms(late, 0.5)}/{ms(late, 0.99)} ms (processor's measure)"
         _, collections, collected_s = prometheus_text.histogram(delta, "ostinato_processor_gc_seconds")
         note += f"; {collections:.0f} full garbage collections ({collected_s * 1000:.0f} ms)"
+        ran = delta.get("ostinato_processor_thread_cpu_seconds_total")
+        waited = delta.get("ostinato_processor_thread_cpu_wait_seconds_total")
+        if ran is not None and waited is not None:  # Linux only (schedstat)
+            elapsed = time.monotonic() - self._scraped_at
+            note += (f"; processor threads ran {ran:.1f} s and waited {waited:.1f} s for a core "
+                     f"in {elapsed:.1f} s")
         return note
 
     def _start_cluster(self) -> None:

@@ -2,16 +2,66 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from ostinato.services.history.shard import Quarantined
 
 _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class ThreadTimes(Collector):
+    """CPU time and run-queue wait of the processor threads, read from Linux's schedstat at each scrape (no cost
+    on the processor's path). A deadline fires late either because the processor was busy or because it was
+    waiting for a core: on a loaded machine the second is most of S4's tail (docs/benchmarks.md, "Where S4's tail
+    comes from"), and only the kernel can tell them apart. Nothing is exported where schedstat is not readable."""
+
+    def __init__(self) -> None:
+        self._tids: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, tid: int) -> None:
+        """A processor thread started (`threading.get_native_id()` on it)."""
+        with self._lock:
+            self._tids.add(tid)
+
+    def discard(self, tid: int) -> None:
+        """It ended: Linux reuses thread ids."""
+        with self._lock:
+            self._tids.discard(tid)
+
+    def read(self) -> tuple[float, float] | None:
+        """Seconds on a CPU and seconds runnable but waiting for one, summed over the threads; None if unreadable."""
+        with self._lock:
+            tids = sorted(self._tids)
+        found, ran, waited = False, 0, 0
+        for tid in tids:
+            try:
+                fields = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+            except OSError:
+                continue
+            found = True
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+        return (ran / 1e9, waited / 1e9) if found else None
+
+    def collect(self) -> Iterator[Metric]:
+        times = self.read()
+        if times is None:
+            return
+        p = "ostinato_processor_thread_"
+        yield CounterMetricFamily(p + "cpu_seconds", "CPU time of the processor threads (Linux schedstat).",
+                                  value=times[0])
+        yield CounterMetricFamily(p + "cpu_wait_seconds", "Time the processor threads were ready to run but waited "
+                                  "for a CPU (Linux schedstat run delay): a machine short of cores, not a busy "
+                                  "processor.", value=times[1])
 
 
 class ProcessorMetrics:
@@ -59,6 +109,8 @@ class ProcessorMetrics:
                                     "interpreter's own are off: services/history/collector.py).",
                                     buckets=_LATENCY_BUCKETS, registry=registry)
         self.owned_shards = Gauge(p + "owned_shards", "Shards this process owns.", registry=registry)
+        self.thread_times = ThreadTimes()
+        registry.register(self.thread_times)
         self.quarantined = Counter("ostinato_commands_quarantined", "Commands whose processing failed (a bug in "
                                    "the core, or an output over the record limit) and that were kept in their "
                                    "run's state: describe shows them, redrive decides them again. By reason and "

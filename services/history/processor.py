@@ -280,10 +280,13 @@ class Processor:
         self.ready.set()
         log.info("processor %s subscribed to %s (group session %d ms)", self.owner_id, self.commands_topic, session_ms)
         take_over()
+        tid = threading.get_native_id()
+        self.metrics.thread_times.add(tid)
         try:
             while not self._stop.is_set():
                 self.step()
         finally:
+            self.metrics.thread_times.discard(tid)
             give_back()
             self._settle()
             self.consumer.close()
