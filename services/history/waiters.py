@@ -61,12 +61,15 @@ class HistoryWaiters:
         return future
 
     async def wait(self, run_key: bytes, future: asyncio.Future[None], timeout_s: float) -> bool:
-        """Wait for `future` (from `watch`) at most `timeout_s`; whether it was notified."""
+        """Wait for `future` (from `watch`) at most `timeout_s`; whether it was notified. A notification that
+        comes as the wait times out (after `wait_for` gave up, before this resumes) still counts: `_wake` has
+        already taken the future from the waiters, so a caller that watched a fresh one and waited again would
+        never hear of it (a result long-poll then sat out its whole `wait_ms`)."""
         try:
             await asyncio.wait_for(asyncio.shield(future), max(0.0, timeout_s))
             return True
         except TimeoutError:
-            return False
+            return future.done() and not future.cancelled()
         finally:
             self.unwatch(run_key, future)
 
