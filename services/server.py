@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST as METRICS_CONTENT_TYPE
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 
 from ostinato import __version__
 from ostinato.infra.process import check_port_free
@@ -33,6 +34,7 @@ from ostinato.services.frontend.openapi import install as install_openapi
 from ostinato.services.frontend.rate_limits_api import install as install_rate_limits
 from ostinato.services.frontend.reads import ReadContext, add_routes
 from ostinato.services.frontend.relay import ProcessRelay, merge_exposition
+from ostinato.services.history.collector import Collector, serve_collections
 from ostinato.services.history.waiters import HistoryWaiters
 from ostinato.services.ratelimit.forwarder import RateLimiter
 
@@ -54,6 +56,20 @@ _CLUSTER = web.AppKey("cluster", ServerContext)
 _REGISTRY = web.AppKey("registry", CollectorRegistry)
 _KAFKA_SECURITY = web.AppKey("kafka_security", dict)
 _RELAY = web.AppKey("relay", ProcessRelay)
+_API_GC_SECONDS = Histogram(
+    "ostinato_api_gc_seconds", "Full garbage collections the API process ran itself when it has no processor thread "
+    "(processors in processes of their own, or none): when quiet, or ten minutes after the last under unbroken load "
+    "(the interpreter's own are off: services/history/collector.py).",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), registry=REGISTRY)
+
+
+async def _api_collections(app: web.Application) -> AsyncIterator[None]:
+    """The API's full garbage collections on the processors' schedule, while the app runs (`serve_collections`)."""
+    task = asyncio.create_task(serve_collections(Collector(_API_GC_SECONDS)), name="ostinato-api-gc")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def get_cluster(request: web.Request) -> web.Response:
@@ -266,6 +282,8 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             running_ingress.start()
         limiter, backlog = _start_queue_services(ctx, ownership, data_dir or default_data_dir(), part_failed)
         install_rate_limits(app, ownership, gateway, ctx.settings.topic_prefix)
+        if not isinstance(procs, Processors):  # no processor thread in this process schedules its collections
+            app.cleanup_ctx.append(_api_collections)  # last: the freeze takes the app as started
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
                     shutdown_timeout=SHUTDOWN_GRACE_S)
