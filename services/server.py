@@ -283,7 +283,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
         limiter, backlog = _start_queue_services(ctx, ownership, data_dir or default_data_dir(), part_failed)
         install_rate_limits(app, ownership, gateway, ctx.settings.topic_prefix)
         if not isinstance(procs, Processors):  # no processor thread in this process schedules its collections
-            app.cleanup_ctx.append(_api_collections)  # last: the freeze takes the app as started
+            app.cleanup_ctx.append(_api_collections)
         # A short grace for requests in flight: long-polls are answered (redirect, 503) once the shards are gone.
         web.run_app(app, host=host, port=port, print=None, access_log=None, ssl_context=ssl_context,
                     shutdown_timeout=SHUTDOWN_GRACE_S)

@@ -147,12 +147,14 @@ async def serve_collections(collector: Collector, *, tick_s: float = API_TICK_S,
     """Run for as long as the API of a process without a processor thread serves (cancel it to stop): freeze the
     start-up heap, take the automatic middle and full collections over, and run the full ones from here: a quiet
     tick (`API_QUIET_YOUNG`) is idle as a processor's empty poll is, any other busy."""
-    freeze()
     take_over()
     try:
-        seen = young()
+        seen, frozen = young(), False
         while True:
             await sleep(tick_s)
+            if not frozen:  # a tick after the app started: what its start-up built lives as long as the process
+                freeze()
+                frozen = True
             now = young()
             if now - seen <= API_QUIET_YOUNG:  # a full collection resets the count: quiet enough
                 collector.idle(IDLE_ROOM_S)
