@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -48,9 +49,22 @@ def test_a_threads_cpu_is_counted_while_it_is_registered_and_not_after() -> None
 
 def test_an_ended_thread_is_skipped_and_the_others_summed() -> None:
     times = ThreadTimes()
-    ended = threading.Thread(target=lambda: times.add(threading.get_native_id()))
+    tids: list[int] = []
+
+    def register() -> None:
+        tids.append(threading.get_native_id())
+        times.add(tids[0])
+
+    ended = threading.Thread(target=register)
     ended.start()
     ended.join()
+    # `join` returns once the thread's Python state says so; the kernel removes its task a moment later (CI read
+    # the ended thread's schedstat once, in between).
+    task = Path(f"/proc/self/task/{tids[0]}")
+    deadline = time.monotonic() + 10
+    while task.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not task.exists()
     assert times.read() is None  # its /proc entry is gone
     times.add(threading.get_native_id())
     _spin(0.02)
