@@ -35,6 +35,7 @@ from ostinato.services.frontend.rate_limits_api import install as install_rate_l
 from ostinato.services.frontend.reads import ReadContext, add_routes
 from ostinato.services.frontend.relay import ProcessRelay, merge_exposition
 from ostinato.services.history.collector import Collector, serve_collections
+from ostinato.services.history.metrics import LATENCY_BUCKETS
 from ostinato.services.history.waiters import HistoryWaiters
 from ostinato.services.ratelimit.forwarder import RateLimiter
 
@@ -60,7 +61,7 @@ _API_GC_SECONDS = Histogram(
     "ostinato_api_gc_seconds", "Full garbage collections the API process ran itself when it has no processor thread "
     "(processors in processes of their own, or none): when quiet, or ten minutes after the last under unbroken load "
     "(the interpreter's own are off: services/history/collector.py).",
-    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), registry=REGISTRY)
+    buckets=LATENCY_BUCKETS, registry=REGISTRY)
 
 
 async def _api_collections(app: web.Application) -> AsyncIterator[None]:

@@ -149,12 +149,11 @@ async def serve_collections(collector: Collector, *, tick_s: float = API_TICK_S,
     tick (`API_QUIET_YOUNG`) is idle as a processor's empty poll is, any other busy."""
     take_over()
     try:
-        seen, frozen = young(), False
+        await sleep(tick_s)
+        freeze()  # a tick after the app started: what its start-up built lives as long as the process
+        seen = young()
         while True:
             await sleep(tick_s)
-            if not frozen:  # a tick after the app started: what its start-up built lives as long as the process
-                freeze()
-                frozen = True
             now = young()
             if now - seen <= API_QUIET_YOUNG:  # a full collection resets the count: quiet enough
                 collector.idle(IDLE_ROOM_S)

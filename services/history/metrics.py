@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ostinato.services.history.shard import Quarantined
 
 _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
-_LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class ThreadTimes(Collector):
@@ -75,15 +75,15 @@ class ProcessorMetrics:
                                     buckets=_BATCH_BUCKETS, registry=registry)
         self.commit_seconds = Histogram(p + "commit_seconds", "Time of a whole transaction: deciding the batch, "
                                         "producing its records, sending offsets and committing.",
-                                        buckets=_LATENCY_BUCKETS, registry=registry)
+                                        buckets=LATENCY_BUCKETS, registry=registry)
         self.phase_seconds = Histogram(p + "phase_seconds", "Time of each phase of a transaction: decide (and "
                                        "encode) the batch, taking commands while the previous batch commits; wait "
                                        "for what is left of that commit; produce its records; send the offsets "
                                        "(AddOffsetsToTxn, TxnOffsetCommit); commit (acknowledgements and EndTxn); "
                                        "then write the stores and wake readers (after_commit).", ["phase"],
-                                       buckets=_LATENCY_BUCKETS, registry=registry)
+                                       buckets=LATENCY_BUCKETS, registry=registry)
         self.timer_lateness = Histogram(p + "timer_lateness_seconds", "How late deadlines fire.",
-                                        buckets=_LATENCY_BUCKETS, registry=registry)
+                                        buckets=LATENCY_BUCKETS, registry=registry)
         self.rejections = Counter(p + "rejections", "Commands that changed nothing, by reason.", ["reason"],
                                   registry=registry)
         self.aborts = Counter(p + "aborts", "Transactions aborted, by cause.", ["cause"], registry=registry)
@@ -107,7 +107,7 @@ class ProcessorMetrics:
         self.gc_seconds = Histogram(p + "gc_seconds", "Full garbage collections the processor ran itself, when idle "
                                     "with no deadline near, or ten minutes after the last under unbroken load (the "
                                     "interpreter's own are off: services/history/collector.py).",
-                                    buckets=_LATENCY_BUCKETS, registry=registry)
+                                    buckets=LATENCY_BUCKETS, registry=registry)
         self.owned_shards = Gauge(p + "owned_shards", "Shards this process owns.", registry=registry)
         self.thread_times = ThreadTimes()
         registry.register(self.thread_times)
