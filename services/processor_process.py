@@ -70,6 +70,7 @@ def serve(spec: MemberSpec) -> int:
     options.config_for = namespace_config(ownership, options.config)
     waiters = HistoryWaiters()
     options.on_history = waiters.notify
+    options.on_release = waiters.release
     registry = CollectorRegistry()  # the processor's own metrics; the server merges every process's into /metrics
     proc = Processor(spec.bootstrap, settings, options, registry=registry)
     failed = threading.Event()

@@ -226,6 +226,7 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             else:
                 options.config_for = namespace_config(ownership, options.config)
                 options.on_history = waiters.notify
+                options.on_release = waiters.release
                 procs = Processors(ctx.bootstrap, ctx.settings, options, processors, registry=REGISTRY)
                 procs.start(lambda proc, exc: part_failed(f"the history processor {proc.owner_id}",
                                                           "stopped with an error", exc))

@@ -288,17 +288,15 @@ def _still_here(request: web.Request, store: ShardStore) -> bool:
 async def wait_for_commit(request: web.Request, waiters: HistoryWaiters, key: bytes, future: asyncio.Future[None],
                           store: ShardStore, deadline: float) -> bool:
     """Wait for the commit that grows run `key` (`future`, from `waiters.watch`) or for the request's shard to leave
-    `store`: True then (read again), False once `deadline` (monotonic) passes. The 1 s cap only notices a shard
-    that moved: while it is still here nothing is read, since thousands of idle long-polls (S4 holds 3,000) each
-    decoding their run every second took the GIL from the processors beside them."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            waiters.unwatch(key, future)
-            return False
-        if await waiters.wait(key, future, min(1.0, remaining)) or not _still_here(request, store):
-            return True
-        future = waiters.watch(key)  # no await since `wait` let go of it: no notification in between
+    `store`: True then (read again), False once `deadline` (monotonic) passes. Nothing is read while it waits, and
+    it does not wake to look for a move either: a processor that gives shards up wakes every waiter
+    (`HistoryWaiters.release`). The one look here, after `future` was watched, catches a move that came before it.
+    Thousands of idle long-polls (S4 holds 3,000) each decoding their run, or each waking once a second, took the
+    interpreter from the processor beside them."""
+    if not _still_here(request, store):
+        waiters.unwatch(key, future)
+        return True
+    return await waiters.wait(key, future, deadline - time.monotonic())
 
 
 def closing_event(store: ShardStore, ns: str, wf: str, run_id: str, state: bytes | None = None) -> bytes | None:

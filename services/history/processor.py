@@ -138,6 +138,7 @@ class ProcessorOptions:
     config: Config = field(default_factory=Config)
     config_for: Callable[[str], Config] | None = None  # per-namespace settings; `config` for every namespace if None
     on_history: Callable[[set[bytes]], None] | None = None  # after each landing or abort: runs (`ns/wf/run`) it changed
+    on_release: Callable[[], None] | None = None  # after shards were closed: held reads look whether theirs moved
     pipeline: bool = True  # decide the next batch while the last one's commit is in flight
     # Under load, transactions begin at least this far apart: the broker's work per transaction (a marker on every
     # partition it wrote, the offsets, the transaction log) is then shared by more commands. 0: ship as soon as the
@@ -390,6 +391,8 @@ class Processor:
                     shard.store.close()
                     self.metrics.owned_shards.dec()
                     log.info("shard %d: released by %s", index, self.owner_id)
+        if indexes and self.options.on_release is not None:  # after the table changed: a woken read sees the move
+            self.options.on_release()
 
     def _drop_carried(self, partitions: set[int]) -> None:
         self._carry = [msg for msg in self._carry if msg.partition() not in partitions]

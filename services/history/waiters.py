@@ -4,7 +4,10 @@ The processor thread calls `notify` after each commit with the runs that gained 
 done by then, so a woken reader sees them), and after an abort with none; readers on the event loop `watch` a run
 before checking the store, so a commit between the check and the wait still wakes them. Every notification also
 wakes the reads waiting for the transactions begun before them to land (`LANDED`). Only the owner's process has
-the processor whose commits matter, and owner reads are exactly what is served there.
+the processor whose commits matter, and owner reads are exactly what is served there. When a processor gives shards
+up it calls `release`, which wakes every waiter to look whether its shard is still here: a held read needs no timer
+of its own to notice a move (S4 holds 3,000; each woke once a second to look, and the loop that answers them shares
+the interpreter with the processor thread).
 """
 
 from __future__ import annotations
@@ -47,6 +50,17 @@ class HistoryWaiters:
             keys = [*run_keys, LANDED]
             with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
                 loop.call_soon_threadsafe(self._wake, keys)
+
+    def release(self) -> None:
+        """Thread-safe: shards left this process (their stores are gone from the processor's table by now). Every
+        waiter wakes and looks again; one whose shard stayed simply waits again."""
+        loop = self._loop
+        if loop is not None and self._waiters:
+            with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        self._wake(list(self._waiters))
 
     def _wake(self, keys: list[bytes]) -> None:
         for key in keys:

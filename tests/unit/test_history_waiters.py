@@ -53,3 +53,18 @@ def test_a_wait_nobody_notifies_times_out_and_leaves_no_waiter() -> None:
     woke, waiters = asyncio.run(main())
     assert not woke
     assert not waiters._waiters
+
+
+def test_a_release_from_another_thread_wakes_every_waiter() -> None:
+    async def main() -> tuple[list[bool], HistoryWaiters]:
+        waiters = HistoryWaiters()
+        waiters.bind(asyncio.get_running_loop())
+        keys = [KEY, b"closed:default/other/run", b"state:default/third/run"]
+        futures = [waiters.watch(k) for k in keys]
+        threading.Timer(0.05, waiters.release).start()
+        woke = await asyncio.gather(*(waiters.wait(k, f, 30) for k, f in zip(keys, futures, strict=True)))
+        return list(woke), waiters
+
+    woke, waiters = asyncio.run(main())
+    assert woke == [True, True, True]
+    assert not waiters._waiters
