@@ -30,7 +30,7 @@ from ostinato.schemas.keys import history_key, run_key, shard_for, workflow_key
 from ostinato.services.frontend.http import RETRY_AFTER_S, error, jsonable
 from ostinato.services.history.store import Family, ShardStore, StoreClosed
 from ostinato.services.history.waiters import LANDED, HistoryWaiters, closed_key
-from ostinato.streams.model import decode_current, decode_run, to_record
+from ostinato.streams.model import RunState, decode_current, decode_run, to_record
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -236,15 +236,16 @@ async def history(request: web.Request) -> web.Response:
         return found
     store, run_id, state = found
     waiters = request.app[READS].waiters
+    run: RunState | None = None
     if wait_s and waiters is not None:
         waited = await _wait_for_event(request, waiters, store, ns, wf, run_id, state, first, wait_s,
                                        until_closed=event_filter == "close")
         if isinstance(waited, web.Response):
             return waited
-        store, state = waited
+        store, state, run = waited
     raw = request.query.get("format") == AVRO  # events as base64 single-object Avro instead of JSON
     if event_filter == "close":
-        closing = closing_event(store, ns, wf, run_id, state)  # Temporal's CLOSE_EVENT filter
+        closing = closing_event(store, ns, wf, run_id, state, run)  # Temporal's CLOSE_EVENT filter
         return web.json_response({"run_id": run_id, "events": [] if closing is None else [_event_out(closing, raw)],
                                   "next_page_token": ""})
     if event_filter == "children":
@@ -299,14 +300,17 @@ async def wait_for_commit(request: web.Request, waiters: HistoryWaiters, key: by
     return await waiters.wait(key, future, deadline - time.monotonic())
 
 
-def closing_event(store: ShardStore, ns: str, wf: str, run_id: str, state: bytes | None = None) -> bytes | None:
+def closing_event(store: ShardStore, ns: str, wf: str, run_id: str, state: bytes | None = None,
+                  run: RunState | None = None) -> bytes | None:
     """The run's closing event as stored (always its last event), or None while the run is open or unknown; `state`
-    when the caller has just read the run's state."""
-    if state is None:
-        state = store.get(Family.STATE, run_key(ns, wf, run_id).encode())
+    when the caller has just read the run's state, `run` when it has decoded it too (a result long-poll decoded it
+    to see that the run closed: decoding it again was a tenth of the owner's loop in S4)."""
+    if run is None:
         if state is None:
-            return None
-    run = decode_run(state)
+            state = store.get(Family.STATE, run_key(ns, wf, run_id).encode())
+            if state is None:
+                return None
+        run = decode_run(state)
     return None if run.open else store.get(Family.HISTORY, history_key(ns, wf, run_id, run.history_length).encode())
 
 
@@ -317,11 +321,12 @@ def _event_out(data: bytes, raw: bool) -> Any:
 
 async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: ShardStore, ns: str, wf: str,
                           run_id: str, state: bytes, first: int, wait_s: float, until_closed: bool = False,
-                          ) -> tuple[ShardStore, bytes] | web.Response:
+                          ) -> tuple[ShardStore, bytes, RunState | None] | web.Response:
     """Long-poll: hold the request until event `first` exists (unless `until_closed`), the run closes, or `wait_s`
-    passes; then the store to read the page from and the run's state. Only this process's commits wake it, which
-    is right: the request was routed to the shard's owner. A shard that moved meanwhile answers what `_run_state`
-    answers now (a redirect, a 503). Waiting for the close alone spares a client a request and a page per step
+    passes; then the store to read the page from and the run's state, as stored and decoded (None when the event
+    asked for arrived: nothing decoded it). Only this process's commits wake it, which is right: the request was
+    routed to the shard's owner. A shard that moved meanwhile answers what `_run_state` answers now (a redirect, a
+    503). Waiting for the close alone spares a client a request and a page per step
     of the run (a result waits for a whole run)."""
     key = run_key(ns, wf, run_id).encode()
     if until_closed:
@@ -335,11 +340,12 @@ async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: 
         except StoreClosed:
             waiters.unwatch(key, future)
             raise
-        if arrived or not decode_run(state).open:
+        run = None if arrived else decode_run(state)
+        if run is None or not run.open:
             waiters.unwatch(key, future)
-            return store, state
+            return store, state, run
         if not await wait_for_commit(request, waiters, key, future, store, deadline):
-            return store, state
+            return store, state, run
         found = _run_state(request)  # the shard may have moved: never read on from the old store
         if isinstance(found, web.Response):
             return found

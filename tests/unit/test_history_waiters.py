@@ -1,7 +1,7 @@
 """`HistoryWaiters`, the long-polls' wake-ups, on an event loop and without Kafka: a notification is never lost
 between one bounded wait and the next.
 
-A result long-poll waits in one-second slices (`reads.wait_for_commit`) and reads nothing between them. A close
+A result long-poll once waited in one-second slices (`reads.wait_for_commit`), reading nothing between them. A close
 notified just as a slice timed out was once lost: the wake-up set the slice's future after `asyncio.wait_for` had
 given up on it but before the waiting coroutine resumed, the slice reported a timeout, and the next slice watched
 a fresh future, so the read sat out its whole `wait_ms` (S4 saw three of 3,000 results 9 s late, which halved the
