@@ -159,7 +159,12 @@ class OstinatoEngine:
         argv = [sys.executable, "-m", "ostinato", "server", "--kafka", bootstrap, "--prefix", self.prefix,
                 "--port", str(port), "--data-dir", str(self.home / "server"), "--processors", str(self.processors)]
         with (self.home / "server.log").open("ab") as log:
-            self.server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            # Its own session, as Temporal's server and workers have (bench/temporal_server.py): Linux's autogroup
+            # shares the CPU between sessions, so a server in the generator's session made the server, worker,
+            # broker and load generator one group against each processor process's own, a share no deployment
+            # gives and Temporal's server did not get (docs/benchmarks.md, "Sessions").
+            self.server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                           start_new_session=True)
         self._wait_owning()
 
     def _wait_owning(self, timeout_s: float = 120.0) -> None:
@@ -184,7 +189,7 @@ class OstinatoEngine:
             with (self.home / f"worker-{n}.log").open("ab") as log:
                 self.worker_procs.append(subprocess.Popen(
                     [sys.executable, "-m", "ostinato", "worker", "bench.ostinato_workflows:worker", "--server",
-                     self.url], stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+                     self.url], stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True))  # as above
         # Ready means in the consumer group with partitions assigned: a first workflow that completes says so.
         deadline = time.monotonic() + 120
         while len(await self._members()) < self.workers and time.monotonic() < deadline:
