@@ -106,13 +106,17 @@ def _serve(tmp_path: Path, scenario: Scenario) -> None:
         store.close()
 
 
-async def _close_from_the_processor_thread(source: Source, store: RocksStore, *, release: bool) -> None:
+async def _close_from_the_processor_thread(source: Source, store: RocksStore, *, release: bool,
+                                          waiters: HistoryWaiters | None = None) -> None:
     """What `Processor._close_shards` does on revocation: forget the shard (unless `release` is False: a reader
-    that already took the store races the close), then close its store, on the processor's own thread."""
+    that already took the store races the close), close its store, then wake the held reads (`on_release`, when
+    `waiters` are given), on the processor's own thread."""
     def close() -> None:
         if release:
             source.store = None
         store.close()
+        if waiters is not None:
+            waiters.release()
 
     thread = threading.Thread(target=close)
     thread.start()
@@ -156,7 +160,7 @@ def test_a_read_whose_store_closed_under_it_redirects_once_the_new_owner_is_know
 
 
 @pytest.mark.parametrize("path", ["/history?wait_ms=10000&next_page_token={next}", "/result?timeout_ms=10000"])
-@pytest.mark.parametrize("how", ["released-then-announced", "released", "closed-under-the-reader"])
+@pytest.mark.parametrize("how", ["announced-then-released", "released", "closed-under-the-reader"])
 def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_path: Path, path: str,
                                                                           how: str) -> None:
     async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
@@ -164,14 +168,15 @@ def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_pa
         poll = asyncio.create_task(client.get(BASE + path.format(next=events + 1), allow_redirects=False))
         await asyncio.sleep(0.3)
         assert not poll.done()  # caught up: the read waits for the next event
-        await _close_from_the_processor_thread(source, store, release=how != "closed-under-the-reader")
-        if how == "released-then-announced":
+        if how == "announced-then-released":  # the new owner's claim was read before this one let go
             owners.moved()
+        await _close_from_the_processor_thread(source, store, release=how != "closed-under-the-reader",
+                                               waiters=waiters)
         if how == "closed-under-the-reader":
             key = run_key(NS, WF, run_id).encode()
             waiters.notify([key, closed_key(key)])  # woken (growth, or a result by its close): reads the closed store
-        answer = await asyncio.wait_for(poll, 5)  # the 1 s re-check notices a released shard
-        if how == "released-then-announced":
+        answer = await asyncio.wait_for(poll, 5)  # the processor's release wakes it: it finds its shard gone
+        if how == "announced-then-released":
             assert answer.status == 307 and answer.headers["Location"].startswith(NEW_OWNER + BASE)
         else:
             await _expect_503(answer)
