@@ -190,8 +190,9 @@ def server(
     tls_key: Annotated[Path | None, typer.Option("--tls-key", envvar="OSTINATO_TLS_KEY")] = None,
     archive_uri: Annotated[str, typer.Option(
         "--archive-uri", envvar="OSTINATO_ARCHIVE_URI",
-        help="s3://bucket[/prefix]: archive closed runs there and delete them after retention only once archived "
-             "(every server of the cluster needs the same value). S3 endpoint and keys: OSTINATO_S3_ENDPOINT, "
+        help="s3://bucket or s3://bucket/prefix: archive closed runs there and delete them after retention only "
+             "once archived (every server of the cluster needs the same value). S3 endpoint and keys: "
+             "OSTINATO_S3_ENDPOINT, "
              "OSTINATO_S3_ACCESS_KEY, OSTINATO_S3_SECRET_KEY, else boto3's usual chain.")] = "",
     opensearch_url: Annotated[str, typer.Option(
         "--opensearch-url", envvar="OSTINATO_OPENSEARCH_URL",
