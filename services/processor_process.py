@@ -37,6 +37,7 @@ from ostinato.services.frontend.api import install_owner_reads
 from ostinato.services.frontend.namespaces_api import config_for as namespace_config
 from ostinato.services.frontend.reads import ReadContext, add_routes
 from ostinato.services.frontend.schedules_api import install_owner_reads as install_schedule_reads
+from ostinato.services.history.priority import renice
 from ostinato.services.history.processes import MemberSpec
 from ostinato.services.history.processor import Processor, ProcessorOptions
 from ostinato.services.history.waiters import HistoryWaiters
@@ -120,6 +121,8 @@ def main(argv: list[str]) -> None:
     codec.settings_from_environment(os.environ)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s processor-{spec.index} %(name)s: %(message)s")
+    for problem in renice(spec.nice):  # before any thread starts: they inherit the nice value
+        log.warning("--processor-nice not applied: %s", problem)
     raise SystemExit(serve(spec))
 
 

@@ -146,13 +146,14 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
           data_dir: Path | None = None, processor: bool = True, advertise: str = "", auth: Auth | None = None,
           ssl_context: ssl.SSLContext | None = None, archive_uri: str = "", archiver: bool = True,
           opensearch_url: str = "", processors: int = 1, processor_mode: str = AUTO,
-          ingress: Path | None = None, egress_topics: str = "") -> None:
+          ingress: Path | None = None, egress_topics: str = "", processor_nice: int = 0) -> None:
     """Run until SIGINT or SIGTERM. A processor that dies takes the server down with it (exit status 1), so a
     supervisor restarts the whole process instead of leaving an API up whose shards nobody processes.
 
     `processor_mode` AUTO runs a lone processor as a thread (one process, nothing to relay) and several as processes
     of their own: deciding is Python, and threads of one interpreter decide one at a time, behind the API's work
-    too (docs/benchmarks.md measures both)."""
+    too (docs/benchmarks.md measures both). `processor_nice` moves the processor processes' CPU priority
+    (`services/history/priority.py`); processor threads share the server's."""
     from ostinato.services.frontend.api import install as install_api
     from ostinato.services.frontend.batch_api import install as install_batch_api
     from ostinato.services.frontend.gateway import CommandGateway
@@ -215,9 +216,14 @@ def serve(ctx: ServerContext, host: str = DEFAULT_HOST, port: int = DEFAULT_API_
             if processors > ctx.settings.shards:
                 log.warning("%d processors for %d shards: %d will own nothing unless other servers leave",
                             processors, ctx.settings.shards, processors - ctx.settings.shards)
-            if processor_mode == PROCESS or (processor_mode == AUTO and processors > 1):
+            in_processes = processor_mode == PROCESS or (processor_mode == AUTO and processors > 1)
+            if processor_nice and not in_processes:
+                log.warning("--processor-nice %+d ignored: it applies to processors in processes of their own "
+                            "(--processor-mode process, or --processors N > 1); a processor thread shares the "
+                            "server's priority", processor_nice)
+            if in_processes:
                 procs = ProcessorProcesses(ctx.bootstrap, ctx.settings.topic_prefix, options, processors,
-                                           archive=bool(archive_uri))
+                                           archive=bool(archive_uri), nice=processor_nice)
                 procs.start(lambda owner, status: part_failed(f"the history processor {owner}",
                                                               f"process exited with status {status}"))
                 if not procs.wait_listening(60):

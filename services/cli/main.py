@@ -210,6 +210,12 @@ def server(
         help="process: each processor in a child process of its own (its own interpreter and CPU core), reads "
              "relayed to it; thread: all in this process, sharing one interpreter with the API; auto: process for "
              "more than one processor.")] = ProcessorMode.auto,
+    processor_nice: Annotated[int, typer.Option(
+        "--processor-nice", envvar="OSTINATO_PROCESSOR_NICE", min=-20, max=19,
+        help="Added to the processor processes' nice value and their session's CPU group at start: negative gives "
+             "them the CPU before the API, workers and others on a contended host, so timers fire on time "
+             "(docs/benchmarks.md, \"Sessions\"). Negative needs CAP_SYS_NICE or root; without it the server "
+             "warns and runs them at its own priority. Processes only (--processor-mode process).")] = 0,
     egress_topics: Annotated[str, typer.Option(
         "--egress-topics", envvar="OSTINATO_EGRESS_TOPICS",
         help="Topics workflows may publish to with workflow.publish, as comma-separated patterns ('orders.*,"
@@ -240,7 +246,8 @@ def server(
     serve(load_context(kafka, prefix, shards), host, port, data_dir=data_dir, processor=processor,
           advertise=advertise, auth=auth, ssl_context=context, archive_uri=archive_uri,
           archiver=archiver, opensearch_url=opensearch_url, processors=processors,
-          processor_mode=processor_mode.value, ingress=ingress, egress_topics=egress_topics)
+          processor_mode=processor_mode.value, ingress=ingress, egress_topics=egress_topics,
+          processor_nice=processor_nice)
 
 
 @app.command("worker")

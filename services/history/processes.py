@@ -45,6 +45,7 @@ class MemberSpec:
     archive: bool
     parent_pid: int
     index: int
+    nice: int = 0  # added to the process's nice value and its session's autogroup at start (`priority.py`)
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", MODULE, json.dumps(asdict(self))]
@@ -52,13 +53,13 @@ class MemberSpec:
 
 class ProcessorProcesses:
     def __init__(self, bootstrap: str, prefix: str, options: ProcessorOptions, count: int,
-                 archive: bool = False) -> None:
+                 archive: bool = False, nice: int = 0) -> None:
         if count < 1:
             raise ValueError(f"a server runs at least one processor, not {count}")
         base = options.owner_id or owner_id_of(options.data_dir / prefix)
         self.options = options
         self.owner_ids = tuple(base if i == 0 else f"{base}-{i}" for i in range(count))
-        self._bootstrap, self._prefix, self._archive = bootstrap, prefix, archive
+        self._bootstrap, self._prefix, self._archive, self._nice = bootstrap, prefix, archive, nice
         self._dir = Path(tempfile.mkdtemp(prefix="ostinato-"))  # 0700; short enough for a socket path
         self.sockets = {owner: str(self._dir / f"processor-{i}.sock") for i, owner in enumerate(self.owner_ids)}
         self._children: list[subprocess.Popen[bytes]] = []
@@ -70,7 +71,7 @@ class ProcessorProcesses:
         for i, owner in enumerate(self.owner_ids):
             spec = MemberSpec(bootstrap=self._bootstrap, prefix=self._prefix, data_dir=str(self.options.data_dir),
                               owner_id=owner, read_endpoint=self.options.read_endpoint, socket=self.sockets[owner],
-                              archive=self._archive, parent_pid=os.getpid(), index=i)
+                              archive=self._archive, parent_pid=os.getpid(), index=i, nice=self._nice)
             # Their own session: a Ctrl-C or a group signal reaches the server, which stops them in order (after
             # `_stopping` is set), instead of each ending on its own and looking like a failure.
             child = subprocess.Popen(spec.argv(), start_new_session=True)

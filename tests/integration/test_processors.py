@@ -149,3 +149,35 @@ def test_processor_processes_end_with_the_server_and_take_it_down(kafka: KafkaCl
         assert report.runs == 20
     finally:
         server.stop()
+
+
+def _nice(pid: int, tid: int | None = None) -> int:
+    stat = Path(f"/proc/{pid}" + (f"/task/{tid}" if tid is not None else "") + "/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of stat(5), after the command name
+
+
+def test_processor_nice_lowers_the_processor_processes_priority(kafka: KafkaCluster, topic_prefix: str,
+                                                                tmp_path: Path) -> None:
+    """`--processor-nice 3`: each processor process (and its threads, started after it) runs 3 nice levels below
+    the server, and its session's autogroup too, where the kernel has autogroups. A positive value needs no
+    privilege, so the test runs anywhere; docs/benchmarks.md ("Sessions") measures what a negative one does."""
+    init_cluster(kafka.bootstrap, topic_prefix, shards=SHARDS)
+    server = ServerProcess(kafka.bootstrap, topic_prefix, tmp_path / "data", tmp_path / "server.log",
+                           extra_args=("--processors", "2", "--processor-mode", "process", "--processor-nice", "3"))
+    server.start()
+    try:
+        server.wait_owning(SHARDS)
+        assert server.proc is not None
+        children = _children(server.proc.pid)
+        assert len(children) == 2, children
+        for child in children:
+            assert _nice(child) == min(19, _nice(server.proc.pid) + 3)
+            threads = [int(t.name) for t in Path(f"/proc/{child}/task").iterdir()]
+            assert len(threads) > 3 and {_nice(child, t) for t in threads} == {_nice(child)}
+            autogroup = Path(f"/proc/{child}/autogroup")
+            if autogroup.exists():
+                assert autogroup.read_text().split()[-1] == "3", autogroup.read_text()
+        assert "--processor-nice not applied" not in server.tail(200)
+    finally:
+        server.stop()
+
