@@ -326,8 +326,8 @@ async def _wait_for_event(request: web.Request, waiters: HistoryWaiters, store: 
     passes; then the store to read the page from and the run's state, as stored and decoded (None when the event
     asked for arrived: nothing decoded it). Only this process's commits wake it, which is right: the request was
     routed to the shard's owner. A shard that moved meanwhile answers what `_run_state` answers now (a redirect, a
-    503). Waiting for the close alone spares a client a request and a page per step
-    of the run (a result waits for a whole run)."""
+    503). Waiting for the close alone spares a client a request and a page per step of the run (a result waits for
+    a whole run)."""
     key = run_key(ns, wf, run_id).encode()
     if until_closed:
         key = closed_key(key)  # only the closing commit wakes it, not each step of the run
