@@ -6,7 +6,8 @@ result long-polls and the visibility feeder take turns on one GIL, and a batch w
 timers it should fire grow late (docs/benchmarks.md, "Why S4's timers are late"). A process per processor gives
 each its own interpreter. A shard's store and its long-poll waiters stay together in the process that commits to
 it, so the owner reads (describe, history, pending, result) are served here, on a Unix socket only the server can
-reach; the server in front keeps authentication, commands, visibility, archival and `/metrics`.
+reach, over one WebSocket the server multiplexes them on (`services/frontend/read_channel.py`); the server in
+front keeps authentication, commands, visibility, archival and `/metrics`.
 
 The process ends when its parent does (PR_SET_PDEATHSIG on Linux): a server killed with SIGKILL leaves no
 orphan processor committing for shards nobody serves reads of, exactly as a processor thread dies with its
@@ -33,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from ostinato.schemas import codec
 from ostinato.services.admin.cluster import read_settings
 from ostinato.services.admin.ownership import OwnershipTable
+from ostinato.services.frontend import read_channel
 from ostinato.services.frontend.api import install_owner_reads
 from ostinato.services.frontend.namespaces_api import config_for as namespace_config
 from ostinato.services.frontend.reads import ReadContext, add_routes
@@ -103,6 +105,7 @@ def serve(spec: MemberSpec) -> int:
         await asyncio.get_running_loop().run_in_executor(None, thread.join, STOP_TIMEOUT_S)
 
     app.router.add_get("/metrics", metrics)
+    app.router.add_get(read_channel.PATH, read_channel.serve)  # the server relays every owner read over this
     app.on_startup.append(start)
     app.on_shutdown.append(stop)
     try:

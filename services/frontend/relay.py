@@ -3,8 +3,9 @@ to the process that owns the shard, and its metrics merged into the server's `/m
 
 A process's shard stores and long-poll waiters live where its commits happen (`services/processor_process.py`),
 so a read is relayed, not redirected: clients, other servers and the auth middleware see one server and one port,
-as with processor threads. The relay is one local hop over a Unix socket with kept-alive connections; a process
-that is down or restarting answers as a moving shard does, a 503 with `Retry-After`.
+as with processor threads. The relay is one local hop over a Unix socket: the reads share one WebSocket per
+process (`read_channel.py`), the metrics scrape is an HTTP request. A process that is down or restarting answers
+as a moving shard does, a 503 with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -21,19 +22,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from yarl import URL
 
-from ostinato.services.frontend.http import RETRY_AFTER_S, error
+from ostinato.services.frontend.read_channel import ReadChannel
 from ostinato.services.frontend.reads import MAX_WAIT_S
 
-_PASSED_BACK = ("Content-Type", "Location", "Retry-After")
 _METRICS_TIMEOUT_S = 5.0
 
 
 class ProcessRelay:
     """Owner id -> the Unix socket its processor process serves owner reads on."""
 
-    def __init__(self, sockets: Mapping[str, str]) -> None:
+    def __init__(self, sockets: Mapping[str, str], read_timeout_s: float = MAX_WAIT_S + 30) -> None:
         self.sockets = dict(sockets)
+        self._read_timeout_s = read_timeout_s  # a long-poll holds a read up to MAX_WAIT_S: answered (or 504) before
         self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._channels: dict[str, ReadChannel] = {}
         self._last_metrics: dict[str, str] = {}
 
     def __contains__(self, owner_id: object) -> bool:
@@ -42,24 +44,16 @@ class ProcessRelay:
     def _session(self, owner_id: str) -> aiohttp.ClientSession:
         session = self._sessions.get(owner_id)
         if session is None or session.closed:
-            # A long-poll holds its request up to MAX_WAIT_S; the process answers it (or a 504) before this.
-            # limit=0: every long-poll holds a connection; a pool of 100 would queue the 101st read behind them.
-            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.sockets[owner_id], limit=0),
-                                            timeout=aiohttp.ClientTimeout(total=MAX_WAIT_S + 30))
+            session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.sockets[owner_id]))
             self._sessions[owner_id] = session
         return session
 
     async def forward(self, request: web.Request, owner_id: str) -> web.Response:
         """The process's answer to `request`, status and body as they are (redirects are not followed here)."""
-        url = URL(f"http://processor{request.raw_path}", encoded=True)  # a '/' inside a workflow id stays %2F
-        try:
-            async with self._session(owner_id).request(request.method, url, allow_redirects=False) as answer:
-                body = await answer.read()
-                headers = {name: answer.headers[name] for name in _PASSED_BACK if name in answer.headers}
-                return web.Response(status=answer.status, body=body, headers=headers)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            return error(503, "shard_unavailable", f"the processor that owns this workflow's shard did not answer "
-                         f"({type(exc).__name__}); it may be restarting, retry in {RETRY_AFTER_S}s")
+        channel = self._channels.get(owner_id)
+        if channel is None:
+            channel = self._channels[owner_id] = ReadChannel(lambda: self._session(owner_id), self._read_timeout_s)
+        return await channel.read(request)
 
     async def metrics(self) -> list[str]:
         """Every process's `/metrics` text (the last one it gave, when it does not answer in time)."""
@@ -79,6 +73,9 @@ class ProcessRelay:
         return [self._last_metrics[o] for o in owners if o in self._last_metrics]
 
     async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
         for session in self._sessions.values():
             with contextlib.suppress(Exception):
                 await session.close()

@@ -1,6 +1,8 @@
 """Owner reads when the shard moves mid-request, without Kafka: the read API over a RocksStore the "processor"
 closes from another thread, as it does when the group revokes a shard. Every answer is a redirect to the new
-owner or a 503 with Retry-After, never a 500."""
+owner or a 503 with Retry-After, never a 500. Each case runs twice: served by the owner itself (a processor
+thread), and relayed by a server in front to the owner's "process" over the owner-read channel (a WebSocket on a
+Unix socket, `read_channel.py`), where it must answer the same."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ostinato.schemas.keys import run_key
-from ostinato.services.frontend import api, reads
+from ostinato.services.frontend import api, read_channel, reads
 from ostinato.services.frontend.reads import HOP, ReadContext, add_routes
+from ostinato.services.frontend.relay import ProcessRelay
 from ostinato.services.history.shard import Shard
 from ostinato.services.history.store import Family, MemoryStore, RocksStore, ShardStore
 from ostinato.services.history.waiters import HistoryWaiters, closed_key
@@ -88,17 +91,39 @@ def _store_with_an_open_run(path: Path) -> tuple[RocksStore, str, int]:
 Scenario = Callable[[TestClient[Any, Any], Source, Owners, RocksStore, HistoryWaiters, str, int], Awaitable[None]]
 
 
-def _serve(tmp_path: Path, scenario: Scenario) -> None:
+RELAYED = pytest.mark.parametrize("relayed", [False, True], ids=["owner", "relayed"])
+
+
+def _serve(tmp_path: Path, scenario: Scenario, relayed: bool) -> None:
+    """Run `scenario` against the owner's read API; when `relayed`, through a server in front that relays every
+    owner read to it over the channel (the owner in a processor process of its own)."""
     store, run_id, events = _store_with_an_open_run(tmp_path / "shard-0")
     source, owners, waiters = Source(store), Owners(), HistoryWaiters()
-    app = web.Application()
-    add_routes(app, ReadContext(1, source, owners, {ME}, waiters))
-    app.router.add_get(BASE.replace(WF, "{workflow_id}").replace(NS, "{namespace}") + "/result", api.result)
+    owner = web.Application()
+    add_routes(owner, ReadContext(1, source, owners, {ME}, waiters))
+    api.install_owner_reads(owner)
+    owner.router.add_get(read_channel.PATH, read_channel.serve)
 
     async def main() -> None:
         waiters.bind(asyncio.get_running_loop())
-        async with TestClient(TestServer(app)) as client:
-            await scenario(client, source, owners, store, waiters, run_id, events)
+        if not relayed:
+            async with TestClient(TestServer(owner)) as client:
+                await scenario(client, source, owners, store, waiters, run_id, events)
+            return
+        socket = str(tmp_path / "owner.sock")
+        runner = web.AppRunner(owner)
+        await runner.setup()
+        await web.UnixSite(runner, socket).start()
+        relay = ProcessRelay({ME: socket})
+        front = web.Application()
+        add_routes(front, ReadContext(1, None, owners, {ME}, None, relay))
+        api.install_owner_reads(front)
+        try:
+            async with TestClient(TestServer(front)) as client:
+                await scenario(client, source, owners, store, waiters, run_id, events)
+        finally:
+            await relay.close()
+            await runner.cleanup()
 
     try:
         asyncio.run(main())
@@ -131,18 +156,21 @@ async def _expect_503(response: Any) -> None:
 
 
 @pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
-def test_a_read_whose_store_closed_under_it_answers_503_with_retry_after(tmp_path: Path, suffix: str) -> None:
+@RELAYED
+def test_a_read_whose_store_closed_under_it_answers_503_with_retry_after(tmp_path: Path, relayed: bool,
+                                                                        suffix: str) -> None:
     async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
                        waiters: HistoryWaiters, run_id: str, events: int) -> None:
         assert (await client.get(BASE + suffix)).status in (200, 504)  # served while owned
         await _close_from_the_processor_thread(source, store, release=False)  # the reader still holds the store
         await _expect_503(await client.get(BASE + suffix))
 
-    _serve(tmp_path, scenario)
+    _serve(tmp_path, scenario, relayed)
 
 
 @pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
-def test_a_read_whose_store_closed_under_it_redirects_once_the_new_owner_is_known(tmp_path: Path,
+@RELAYED
+def test_a_read_whose_store_closed_under_it_redirects_once_the_new_owner_is_known(tmp_path: Path, relayed: bool,
                                                                                   suffix: str) -> None:
     async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
                        waiters: HistoryWaiters, run_id: str, events: int) -> None:
@@ -156,13 +184,14 @@ def test_a_read_whose_store_closed_under_it_redirects_once_the_new_owner_is_know
         hop = "&" if "?" in suffix else "?"
         await _expect_503(await client.get(f"{BASE}{suffix}{hop}{HOP}=1", allow_redirects=False))
 
-    _serve(tmp_path, scenario)
+    _serve(tmp_path, scenario, relayed)
 
 
 @pytest.mark.parametrize("path", ["/history?wait_ms=10000&next_page_token={next}", "/result?timeout_ms=10000"])
 @pytest.mark.parametrize("how", ["announced-then-released", "released", "closed-under-the-reader"])
-def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_path: Path, path: str,
-                                                                          how: str) -> None:
+@RELAYED
+def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_path: Path, relayed: bool,
+                                                                          path: str, how: str) -> None:
     async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
                        waiters: HistoryWaiters, run_id: str, events: int) -> None:
         poll = asyncio.create_task(client.get(BASE + path.format(next=events + 1), allow_redirects=False))
@@ -181,11 +210,13 @@ def test_a_long_poll_held_while_its_shard_moves_answers_a_redirect_or_503(tmp_pa
         else:
             await _expect_503(answer)
 
-    _serve(tmp_path, scenario)
+    _serve(tmp_path, scenario, relayed)
 
 
 @pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
-def test_an_owner_whose_transactions_fail_does_not_say_not_found(tmp_path: Path, suffix: str) -> None:
+@RELAYED
+def test_an_owner_whose_transactions_fail_does_not_say_not_found(tmp_path: Path, relayed: bool,
+                                                                 suffix: str) -> None:
     """A processor whose transactions fail may have lost the shard without knowing (a broker failover): the new
     owner may have started the run this store lacks, so absence is a 503 to retry, not a 404 (the chaos suite's
     broker kill had result() raise "no workflow" for runs just started). What it holds is still served."""
@@ -202,11 +233,13 @@ def test_an_owner_whose_transactions_fail_does_not_say_not_found(tmp_path: Path,
         source.in_doubt = False
         assert (await client.get(unknown)).status == 404
 
-    _serve(tmp_path, scenario)
+    _serve(tmp_path, scenario, relayed)
 
 
 @pytest.mark.parametrize("suffix", ["", "/history", "/pending", "/result?timeout_ms=100"])
-def test_a_read_waits_for_the_transactions_begun_before_it_to_land(tmp_path: Path, suffix: str) -> None:
+@RELAYED
+def test_a_read_waits_for_the_transactions_begun_before_it_to_land(tmp_path: Path, relayed: bool,
+                                                                   suffix: str) -> None:
     """Read your writes: the client was told of a start whose transaction committed, but the processor thread has
     not written it to the store yet (it decides the next batch while commits return: pipelined transactions). The
     read waits for that landing instead of answering 404 (CI saw result() of a just-started run say "no
@@ -232,10 +265,12 @@ def test_a_read_waits_for_the_transactions_begun_before_it_to_land(tmp_path: Pat
         # Everything begun has landed: absence is answered at once.
         assert (await asyncio.wait_for(client.get(BASE.replace(WF, "never") + suffix), 1)).status == 404
 
-    _serve(tmp_path, scenario)
+    _serve(tmp_path, scenario, relayed)
 
 
-def test_a_landing_that_never_comes_holds_a_read_only_so_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@RELAYED
+def test_a_landing_that_never_comes_holds_a_read_only_so_long(tmp_path: Path, relayed: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A transaction that neither lands nor aborts (a frozen processor thread) holds reads `LANDED_WAIT_S`, then
     they are answered as the store stands: a 503 for absence once the processor is unsettled."""
     monkeypatch.setattr(reads, "LANDED_WAIT_S", 0.3)
@@ -247,4 +282,4 @@ def test_a_landing_that_never_comes_holds_a_read_only_so_long(tmp_path: Path, mo
         source.in_doubt = True  # open too long: `Processor.settled` turns false
         assert (await asyncio.wait_for(client.get(BASE.replace(WF, "never")), 2)).status == 503
 
-    _serve(tmp_path, scenario)
+    _serve(tmp_path, scenario, relayed)
