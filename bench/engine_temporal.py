@@ -29,7 +29,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from bench import harness
-from bench.harness import Outcome, Scenario
+from bench.harness import WORKER_CACHE, Outcome, Scenario
 from bench.temporal_server import TemporalDevServer, quiet_runtime
 from ostinato.infra.process import pid_alive, tail, terminate
 
@@ -79,7 +79,8 @@ class TemporalEngine:
             ready.unlink(missing_ok=True)
             ready_files.append(ready)
             argv = [sys.executable, "-m", WORKER_MARKER, "--address", self.server.address,
-                    "--task-queue", self.task_queue, "--ready-file", str(ready)]
+                    "--task-queue", self.task_queue, "--ready-file", str(ready),
+                    "--max-cached-workflows", str(WORKER_CACHE)]
             with open(self.home / f"worker-{i}.log", "ab") as log:
                 self._workers.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                                                       stdin=subprocess.DEVNULL, start_new_session=True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from bench.harness import WORKER_CACHE
 from ostinato import activity, workflow
 from ostinato.client import Client
 from ostinato.worker import Worker
@@ -16,7 +17,6 @@ from ostinato.worker import Worker
 TASK_QUEUE = "bench"
 TIMEOUT = timedelta(seconds=30)
 MAX_CONCURRENT_ACTIVITIES = 200  # Temporal's Python worker defaults to 100; 200 keeps S3's fan-out from queueing
-MAX_CACHED_WORKFLOWS = 2000  # above S4's 500 in flight, so sleeping workflows resume without replaying history
 
 
 @activity.defn
@@ -142,4 +142,4 @@ ACTIVITIES = [greet, step]
 def worker(client: Client) -> Worker:
     """The worker `ostinato worker bench.ostinato_workflows:worker` runs: every shape on one task queue."""
     return Worker(client, task_queue=TASK_QUEUE, workflows=WORKFLOWS, activities=ACTIVITIES,
-                  max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES, max_cached_workflows=MAX_CACHED_WORKFLOWS)
+                  max_concurrent_activities=MAX_CONCURRENT_ACTIVITIES, max_cached_workflows=WORKER_CACHE)
