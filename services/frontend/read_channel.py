@@ -158,10 +158,11 @@ async def _answer(outbox: Batcher[bytes], app: web.Application, routes: Mapping[
         except Exception:
             log.exception("the owner read %s failed", frame["path"])
             response = error(500, "internal", "the owner read failed; see the server's log")
-    if not isinstance(response, web.Response):
+    if isinstance(response, web.Response):
+        outbox.add(answer_of(read_id, response))
+    else:
         log.error("the owner read %s answered a stream; owner reads answer whole responses", frame["path"])
-        response = error(500, "internal", "the owner read failed; see the server's log")
-    outbox.add(answer_of(read_id, response))
+        outbox.add(answer_of(read_id, error(500, "internal", "the owner read failed; see the server's log")))
 
 
 class ReadChannel:
@@ -181,59 +182,64 @@ class ReadChannel:
         """The process's answer to `request`; a 503 with `Retry-After` when the process does not answer (it may be
         restarting: the next read opens the channel again)."""
         try:
-            await self._open()
+            waiting = await self._open()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             return _unavailable(exc)
         self._next_id += 1
         read_id = self._next_id
         answer: asyncio.Future[web.Response] = asyncio.get_running_loop().create_future()
-        self._waiting[read_id] = answer
+        waiting[read_id] = answer
         self._outbox.add(read_of(request, read_id))
         try:
             return await asyncio.wait_for(answer, self._timeout_s)
         except (aiohttp.ClientError, ConnectionError, RuntimeError, TimeoutError) as exc:
             return _unavailable(exc)
         finally:
-            if self._waiting.pop(read_id, None) is not None:
+            if waiting.pop(read_id, None) is not None:
                 # Not answered (the wait timed out, or the request was cancelled): the process can let go of it.
                 self._outbox.add({"id": read_id, "cancel": True})
 
-    async def _open(self) -> None:
-        if self._ws is not None and not self._ws.closed:
-            return
-        async with self._opening:
-            if self._ws is None or self._ws.closed:
-                self._ws = await self._session().ws_connect(f"http://processor{PATH}", max_msg_size=0,
-                                                           timeout=aiohttp.ClientWSTimeout(ws_close=5.0))
-                self._reader = asyncio.create_task(self._read_answers(self._ws))
+    async def _open(self) -> dict[int, asyncio.Future[web.Response]]:
+        """The reads waiting on the open channel (opened now if it is not): each connection has its own, so a
+        connection that closes fails only the reads sent on it."""
+        if self._ws is None or self._ws.closed:
+            async with self._opening:
+                if self._ws is None or self._ws.closed:
+                    self._ws = await self._session().ws_connect(f"http://processor{PATH}", max_msg_size=0,
+                                                               timeout=aiohttp.ClientWSTimeout(ws_close=5.0))
+                    self._waiting = {}
+                    self._reader = asyncio.create_task(self._read_answers(self._ws, self._waiting))
+        return self._waiting
 
     async def _send(self, reads: list[dict[str, Any]]) -> None:
+        ws, waiting = self._ws, self._waiting
         try:
-            if self._ws is None:
+            if ws is None:
                 raise ConnectionError("the owner-read channel is not open")
-            await self._ws.send_str(json.dumps(reads))
+            await ws.send_str(json.dumps(reads))
         except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
             for read in reads:  # the channel closed under them: these reads will not be answered
-                answer = self._waiting.pop(read["id"], None)
+                answer = waiting.pop(read["id"], None)
                 if answer is not None and not answer.done():
                     answer.set_exception(exc)
 
-    async def _read_answers(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    async def _read_answers(self, ws: aiohttp.ClientWebSocketResponse,
+                            waiting: dict[int, asyncio.Future[web.Response]]) -> None:
         try:
             async for message in ws:
                 if message.type != aiohttp.WSMsgType.BINARY:
                     continue
                 for read_id, response in answers_in(message.data):
-                    answer = self._waiting.pop(read_id, None)
+                    answer = waiting.pop(read_id, None)
                     if answer is not None and not answer.done():
                         answer.set_result(response)
         finally:
-            # The process closed the channel (it stopped, or died): every read still waiting gets the 503.
+            # The process closed the channel (it stopped, or died): every read still waiting on it gets the 503.
             gone = ConnectionError("the processor process closed its owner-read channel")
-            waiting, self._waiting = self._waiting, {}
             for answer in waiting.values():
                 if not answer.done():
                     answer.set_exception(gone)
+            waiting.clear()
 
     async def close(self) -> None:
         if self._ws is not None:
