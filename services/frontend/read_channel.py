@@ -5,8 +5,9 @@ A server with processors in processes of their own relays every owner read to th
 as HTTP requests, each held read needed a connection of its own (HTTP/1.1 cannot interleave answers), and the
 process's event loop spent more of its interpreter on accepting connections, parsing requests and writing
 responses than on the reads themselves, under the lock its processor thread needs to fire timers on time
-(docs/benchmarks.md, "What S4's tail is made of"). Here the server multiplexes every read over one connection:
-a read is one small text frame in, one binary frame out, and a cancel frame when the server gives up on it.
+(docs/benchmarks.md, "One channel for relayed reads"). Here the server multiplexes every read over one
+connection: a read is an entry of a message in, its answer an entry of a message out, and a cancel goes in when
+the server gives up on a read.
 
 The process answers a read with the same handler its HTTP route has (looked up by the route's path template), so
 a read answers the same over either path; the handler sees only the parts of a request every owner read uses
