@@ -87,6 +87,11 @@ class HistoryWaiters:
         finally:
             self.unwatch(run_key, future)
 
+    def held(self) -> int:
+        """How many waits are registered now: 0 once every read that watched has been answered, whichever way it
+        ended (a read that leaves its future behind keeps it, and its run's key, for the life of the process)."""
+        return sum(len(waiting) for waiting in self._waiters.values())
+
     def unwatch(self, run_key: bytes, future: asyncio.Future[None]) -> None:
         waiting = self._waiters.get(run_key)
         if waiting is not None:

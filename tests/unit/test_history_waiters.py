@@ -52,7 +52,7 @@ def test_a_wait_nobody_notifies_times_out_and_leaves_no_waiter() -> None:
 
     woke, waiters = asyncio.run(main())
     assert not woke
-    assert not waiters._waiters
+    assert waiters.held() == 0
 
 
 def test_a_release_from_another_thread_wakes_every_waiter() -> None:
@@ -67,4 +67,24 @@ def test_a_release_from_another_thread_wakes_every_waiter() -> None:
 
     woke, waiters = asyncio.run(main())
     assert woke == [True, True, True]
-    assert not waiters._waiters
+    assert waiters.held() == 0
+
+
+def test_held_counts_the_registered_waits_until_they_are_answered_or_dropped() -> None:
+    async def main() -> list[int]:
+        waiters = HistoryWaiters()
+        waiters.bind(asyncio.get_running_loop())
+        counts = [waiters.held()]
+        first, second = waiters.watch(b"a"), waiters.watch(b"a")
+        waiters.watch(b"b")
+        counts.append(waiters.held())
+        waiters.unwatch(b"a", first)
+        counts.append(waiters.held())
+        waiters.notify([b"b"])  # a notification answers every wait on its key (and on LANDED)
+        await asyncio.sleep(0)
+        counts.append(waiters.held())
+        waiters.unwatch(b"a", second)
+        counts.append(waiters.held())
+        return counts
+
+    assert asyncio.run(main()) == [0, 3, 2, 1, 0]

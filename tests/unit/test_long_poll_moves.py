@@ -77,7 +77,7 @@ def test_a_held_read_wakes_when_its_shard_is_given_up() -> None:
         return await _held(table, waiters, NO_MOVE_S)
 
     assert asyncio.run(main())  # woken to read again (and answer the redirect), not left to its deadline
-    assert not waiters._waiters
+    assert waiters.held() == 0
 
 
 def test_a_read_whose_shard_moved_before_it_waited_does_not_wait() -> None:
@@ -93,14 +93,14 @@ def test_a_read_whose_shard_moved_before_it_waited_does_not_wait() -> None:
                                                       time.monotonic() + NO_MOVE_S), timeout=30)
 
     assert asyncio.run(main())
-    assert not waiters._waiters
+    assert waiters.held() == 0
 
 
 def test_a_held_read_nobody_wakes_looks_once_and_times_out_at_its_deadline() -> None:
     table, waiters = Table(), HistoryWaiters()
     assert not asyncio.run(_held(table, waiters, 2.2))  # long enough for a read waking once a second to look twice
     assert table.looks == 2  # the store the read began with, and the one look before it waited
-    assert not waiters._waiters
+    assert waiters.held() == 0
 
 
 def test_a_commit_of_its_run_wakes_a_held_read() -> None:
