@@ -31,11 +31,11 @@ from typing import Any, Protocol
 import psutil
 
 SHAPES = ("hello", "seq10", "fanout100", "sleep1s", "signal", "start_only")
+"""S1 hello (one activity), S2 ten sequential activities, S3 fan-out of 100 activities and join, S4 a 1 s timer,
+S5 a workflow waiting for a signal, S6 starts with no worker (ingestion)."""
 # Both engines' workers keep this many workflows cached between tasks: more than the most any scenario holds in
 # flight (S4: 3,000 sleeping at once), so no engine's workers replay histories the other's do not.
 WORKER_CACHE = 4000
-"""S1 hello (one activity), S2 ten sequential activities, S3 fan-out of 100 activities and join, S4 a 1 s timer,
-S5 a workflow waiting for a signal, S6 starts with no worker (ingestion)."""
 
 
 @dataclass(frozen=True)
