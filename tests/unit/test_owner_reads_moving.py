@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ostinato.schemas.keys import run_key
-from ostinato.services.frontend import api, read_channel, reads
+from ostinato.services.frontend import api, read_channel, reads, schedules_api
 from ostinato.services.frontend.reads import HOP, ReadContext, add_routes
 from ostinato.services.frontend.relay import ProcessRelay
 from ostinato.services.history.shard import Shard
@@ -102,6 +102,7 @@ def _serve(tmp_path: Path, scenario: Scenario, relayed: bool) -> None:
     owner = web.Application()
     add_routes(owner, ReadContext(1, source, owners, {ME}, waiters))
     api.install_owner_reads(owner)
+    schedules_api.install_owner_reads(owner)
     owner.router.add_get(read_channel.PATH, read_channel.serve)
 
     async def main() -> None:
@@ -118,6 +119,7 @@ def _serve(tmp_path: Path, scenario: Scenario, relayed: bool) -> None:
         front = web.Application()
         add_routes(front, ReadContext(1, None, owners, {ME}, None, relay))
         api.install_owner_reads(front)
+        schedules_api.install_owner_reads(front)
         try:
             async with TestClient(TestServer(front)) as client:
                 await scenario(client, source, owners, store, waiters, run_id, events)
@@ -281,5 +283,22 @@ def test_a_landing_that_never_comes_holds_a_read_only_so_long(tmp_path: Path, re
         assert (await asyncio.wait_for(client.get(BASE), 2)).status == 200  # what the store holds, after the wait
         source.in_doubt = True  # open too long: `Processor.settled` turns false
         assert (await asyncio.wait_for(client.get(BASE.replace(WF, "never")), 2)).status == 503
+
+    _serve(tmp_path, scenario, relayed)
+
+
+@pytest.mark.parametrize("path", [f"{BASE}/updates/no-such-update?wait_ms=100",
+                                  f"/api/v1/namespaces/{NS}/schedules/no-such-schedule"])
+@RELAYED
+def test_the_other_owner_reads_answer_the_same_served_or_relayed(tmp_path: Path, relayed: bool, path: str) -> None:
+    """An update's outcome and a schedule's description answer the same served or relayed: a 404 for what the
+    store does not hold, a 503 with `Retry-After` once the shard is released."""
+    async def scenario(client: TestClient[Any, Any], source: Source, owners: Owners, store: RocksStore,
+                       waiters: HistoryWaiters, run_id: str, events: int) -> None:
+        answer = await asyncio.wait_for(client.get(path), 5)
+        body = await answer.json()
+        assert answer.status == 404 and body["code"] == "not_found", body
+        source.store = None  # released: a 503 to retry, from the process as from the owner itself
+        await _expect_503(await asyncio.wait_for(client.get(path), 5))
 
     _serve(tmp_path, scenario, relayed)
